@@ -1,0 +1,63 @@
+-- pgsched: schema, roles, sequences, types and the install-time configuration.
+--
+-- The shard count is fixed at install. `pgsched migrate --shards N` sets the
+-- session setting `pgsched.install_shards` before these files run; without it
+-- the default is 8.
+
+CREATE SCHEMA IF NOT EXISTS pgsched;
+COMMENT ON SCHEMA pgsched IS
+    'pgsched: a job queue and scheduler whose API is SQL functions. Tables are readable; write through functions (or the documented INSERT INTO pgsched.jobs).';
+
+-- Roles are cluster-wide: create them only when missing so two databases on
+-- one server can both hold a pgsched schema.
+DO $$
+DECLARE
+    v_role text;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['pgsched_enqueue', 'pgsched_worker', 'pgsched_admin', 'pgsched_tenant_scoped'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Ids and fencing tokens each come from one sequence, so both only grow.
+CREATE SEQUENCE pgsched.jobs_id_seq AS bigint;
+CREATE SEQUENCE pgsched.lease_token_seq AS bigint;
+
+CREATE TYPE pgsched.job_state AS ENUM (
+    'scheduled',   -- waiting for run_at
+    'available',   -- due, claimable
+    'running',     -- leased to a worker under a fencing token
+    'completed',   -- terminal: the handler returned
+    'dead',        -- terminal: attempts exhausted, unknown task, or given up
+    'cancelled'    -- terminal: cancelled before or while running
+);
+
+-- One row. Changed with UPDATE by an administrator; read by the functions.
+CREATE TABLE pgsched.config (
+    singleton             boolean     PRIMARY KEY DEFAULT true,
+    shards                smallint    NOT NULL,
+    max_payload_bytes     integer     NOT NULL DEFAULT 1048576,
+    default_max_attempts  integer     NOT NULL DEFAULT 5,
+    backoff_base          interval    NOT NULL DEFAULT '2 seconds',
+    backoff_max           interval    NOT NULL DEFAULT '1 hour',
+    backoff_jitter        real        NOT NULL DEFAULT 0.25,
+    history_retention     interval    NOT NULL DEFAULT '14 days',
+    events_retention      interval    NOT NULL DEFAULT '14 days',
+    idempotency_retention interval    NOT NULL DEFAULT '14 days',
+    partitions_ahead      integer     NOT NULL DEFAULT 3,
+    audit                 boolean     NOT NULL DEFAULT true,
+    CONSTRAINT config_singleton CHECK (singleton),
+    CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
+    CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
+    CONSTRAINT config_default_max_attempts_positive CHECK (default_max_attempts > 0),
+    CONSTRAINT config_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
+    CONSTRAINT config_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
+    CONSTRAINT config_partitions_ahead_range CHECK (partitions_ahead BETWEEN 1 AND 60)
+);
+COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install.';
+
+INSERT INTO pgsched.config (shards)
+VALUES (coalesce(nullif(pg_catalog.current_setting('pgsched.install_shards', true), '')::smallint, 8));

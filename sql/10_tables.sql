@@ -1,0 +1,144 @@
+-- pgsched: tables.
+--
+-- Active jobs live in pgsched.jobs, LIST-partitioned by shard; a job never
+-- changes shard while it is active, so no transition moves a row between
+-- partitions. Finishing a job moves it, in the statement that finishes it,
+-- to pgsched.job_history (RANGE-partitioned by day). Every transition adds a
+-- row to pgsched.job_events (also by day). Retention drops partitions; it
+-- never runs a mass DELETE.
+
+CREATE TABLE pgsched.jobs (
+    id                  bigint            NOT NULL DEFAULT pg_catalog.nextval('pgsched.jobs_id_seq'),
+    shard               smallint          NOT NULL DEFAULT 0,  -- replaced at install (random shard)
+    state               pgsched.job_state NOT NULL DEFAULT 'available',
+    queue               text              NOT NULL DEFAULT 'default',
+    task                text              NOT NULL,
+    args                jsonb             NOT NULL DEFAULT '{}',
+    priority            integer           NOT NULL DEFAULT 0,
+    run_at              timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    attempt             integer           NOT NULL DEFAULT 0,
+    max_attempts        integer,          -- NULL on insert means: the task's, else the install default
+    lease_token         bigint,
+    leased_by           text,
+    lease_expires_at    timestamptz,
+    started_at          timestamptz,
+    cancel_requested_at timestamptz,
+    idempotency_key     text,
+    labels              text[]            NOT NULL DEFAULT '{}',
+    tenant              text,
+    last_error          text,
+    created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
+    CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$'),
+    CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT jobs_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
+    CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT jobs_attempt_nonnegative CHECK (attempt >= 0),
+    CONSTRAINT jobs_run_at_finite CHECK (pg_catalog.isfinite(run_at)),
+    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -1000000 AND 1000000),
+    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.length(idempotency_key) BETWEEN 1 AND 512),
+    CONSTRAINT jobs_state_active CHECK (state IN ('scheduled', 'available', 'running')),
+    CONSTRAINT jobs_lease_iff_running CHECK (
+        (state = 'running') = (lease_token IS NOT NULL AND leased_by IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CONSTRAINT jobs_labels_valid CHECK (pg_catalog.array_position(labels, NULL) IS NULL),
+    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+) PARTITION BY LIST (shard);
+COMMENT ON TABLE pgsched.jobs IS
+    'Active jobs (scheduled, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
+COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current lease; every claim draws a new, larger one.';
+COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
+COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
+COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
+
+CREATE TABLE pgsched.job_history (
+    id                  bigint            NOT NULL,
+    shard               smallint          NOT NULL,
+    state               pgsched.job_state NOT NULL,
+    queue               text              NOT NULL,
+    task                text              NOT NULL,
+    args                jsonb             NOT NULL,
+    priority            integer           NOT NULL,
+    run_at              timestamptz       NOT NULL,
+    attempt             integer           NOT NULL,
+    max_attempts        integer           NOT NULL,
+    lease_token         bigint,
+    leased_by           text,
+    idempotency_key     text,
+    labels              text[]            NOT NULL,
+    tenant              text,
+    created_at          timestamptz       NOT NULL,
+    started_at          timestamptz,
+    finished_at         timestamptz       NOT NULL,
+    result              jsonb,
+    error               text,
+    CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
+) PARTITION BY RANGE (finished_at);
+COMMENT ON TABLE pgsched.job_history IS
+    'Finished jobs (completed, dead, cancelled), partitioned by day of finished_at; retention drops whole days.';
+
+CREATE TABLE pgsched.job_events (
+    job_id  bigint      NOT NULL,
+    at      timestamptz NOT NULL,
+    kind    text        NOT NULL,
+    attempt integer,
+    worker  text,
+    token   bigint,
+    detail  jsonb,
+    CONSTRAINT job_events_kind_valid CHECK (kind IN (
+        'claimed', 'completed', 'failed', 'dead', 'snoozed', 'released', 'cancel_requested',
+        'cancelled', 'lease_expired', 'retried', 'lease_lost'))
+) PARTITION BY RANGE (at);
+COMMENT ON TABLE pgsched.job_events IS
+    'Audit trail: one row per transition after enqueue (the job row itself records created_at), partitioned by day.';
+
+-- Idempotency keys deduplicate against active jobs and, until expires_at,
+-- finished ones. Not partitioned, so the key is unique across all shards.
+CREATE TABLE pgsched.idempotency_keys (
+    key        text        PRIMARY KEY,
+    job_id     bigint      NOT NULL,
+    shard      smallint    NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    expires_at timestamptz  -- NULL while the job is active
+);
+CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
+    WHERE expires_at IS NOT NULL;
+
+-- Task policies, registered by workers at start (and by hand if wanted).
+CREATE TABLE pgsched.tasks (
+    name           text        PRIMARY KEY,
+    queue          text        NOT NULL DEFAULT 'default',
+    max_attempts   integer,
+    backoff_base   interval,
+    backoff_max    interval,
+    backoff_jitter real,
+    updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
+    CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1)
+);
+COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
+
+-- Queue controls: pause stops claims; backoff overrides the install default.
+CREATE TABLE pgsched.queues (
+    name           text        PRIMARY KEY,
+    paused         boolean     NOT NULL DEFAULT false,
+    backoff_base   interval,
+    backoff_max    interval,
+    updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base)
+);
+
+-- Live workers, for operators (workers_live) and for the "is anyone there" checks.
+CREATE TABLE pgsched.workers (
+    name       text        PRIMARY KEY,
+    host       text,
+    pid        integer,
+    queues     text[]      NOT NULL DEFAULT '{}',
+    labels     text[]      NOT NULL DEFAULT '{}',
+    concurrency integer,
+    started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    running    integer     NOT NULL DEFAULT 0,
+    version    text
+);

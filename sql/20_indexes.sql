@@ -1,0 +1,20 @@
+-- pgsched: indexes. Partial indexes keep each path to its own small set of rows:
+-- claims never read scheduled or running rows, promotion never reads due ones.
+
+-- Claim: due jobs of a queue in priority order.
+CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'available';
+-- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
+CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
+    WHERE state = 'scheduled';
+-- Running jobs by worker. Heartbeats change lease_expires_at only, which is in
+-- no index, so they can be HOT updates.
+CREATE INDEX jobs_running_idx ON pgsched.jobs (leased_by)
+    WHERE state = 'running';
+
+CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
+CREATE INDEX job_history_queue_idx ON pgsched.job_history (queue, finished_at);
+CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
+    WHERE state = 'dead';
+
+CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, at);

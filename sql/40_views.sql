@@ -1,0 +1,83 @@
+-- pgsched: views, the operator's surface. Per queue, never only averages.
+
+-- queue_stats: depth by state, the age of the oldest due job, retries, and
+-- over the last five minutes the finished counts, throughput and start lag
+-- (start - due) percentiles.
+CREATE VIEW pgsched.queue_stats AS
+WITH active AS (
+    SELECT j.queue,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'available') AS available,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running') AS running,
+           pg_catalog.count(*) FILTER (WHERE j.state IN ('scheduled', 'available') AND j.attempt > 0) AS retrying,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at < pg_catalog.now())
+               AS lease_expired,
+           pg_catalog.min(j.run_at) FILTER (
+               WHERE j.state = 'available' OR (j.state = 'scheduled' AND j.run_at <= pg_catalog.now()))
+               AS oldest_due_at
+    FROM pgsched.jobs j
+    GROUP BY j.queue
+), recent AS (
+    SELECT h.queue,
+           pg_catalog.count(*) FILTER (WHERE h.state = 'completed') AS completed_5m,
+           pg_catalog.count(*) FILTER (WHERE h.state = 'dead') AS dead_5m,
+           pg_catalog.count(*) FILTER (WHERE h.state = 'cancelled') AS cancelled_5m,
+           pg_catalog.percentile_cont(0.5) WITHIN GROUP (
+               ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+               AS lag_p50,
+           pg_catalog.percentile_cont(0.95) WITHIN GROUP (
+               ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+               AS lag_p95,
+           pg_catalog.percentile_cont(0.99) WITHIN GROUP (
+               ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+               AS lag_p99
+    FROM pgsched.job_history h
+    WHERE h.finished_at > pg_catalog.now() - interval '5 minutes'
+    GROUP BY h.queue
+), names AS (
+    SELECT a.queue FROM active a
+    UNION SELECT r.queue FROM recent r
+    UNION SELECT q.name FROM pgsched.queues q
+)
+SELECT n.queue,
+       coalesce(q.paused, false) AS paused,
+       coalesce(a.scheduled, 0) AS scheduled,
+       coalesce(a.available, 0) AS available,
+       coalesce(a.running, 0) AS running,
+       coalesce(a.retrying, 0) AS retrying,
+       coalesce(a.lease_expired, 0) AS lease_expired,
+       coalesce(EXTRACT(EPOCH FROM pg_catalog.now() - a.oldest_due_at), 0)::double precision AS oldest_due_age_s,
+       coalesce(r.completed_5m, 0) AS completed_5m,
+       coalesce(r.dead_5m, 0) AS dead_5m,
+       coalesce(r.cancelled_5m, 0) AS cancelled_5m,
+       round((coalesce(r.completed_5m, 0) / 300.0)::numeric, 2)::double precision AS completed_per_s,
+       r.lag_p50::double precision AS lag_p50_s,
+       r.lag_p95::double precision AS lag_p95_s,
+       r.lag_p99::double precision AS lag_p99_s
+FROM names n
+LEFT JOIN active a ON a.queue = n.queue
+LEFT JOIN recent r ON r.queue = n.queue
+LEFT JOIN pgsched.queues q ON q.name = n.queue;
+COMMENT ON VIEW pgsched.queue_stats IS
+    'Per queue: depth by state, oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
+
+-- dead_letters: jobs whose latest outcome is dead and that were not redriven.
+CREATE VIEW pgsched.dead_letters AS
+SELECT h.id, h.queue, h.task, h.args, h.attempt, h.max_attempts, h.error, h.finished_at AS died_at,
+       h.created_at, h.idempotency_key, h.tenant, h.labels, h.leased_by AS last_worker
+FROM pgsched.job_history h
+WHERE h.state = 'dead'
+  AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = h.id)
+  AND NOT EXISTS (SELECT 1 FROM pgsched.job_history h2 WHERE h2.id = h.id AND h2.finished_at > h.finished_at);
+COMMENT ON VIEW pgsched.dead_letters IS
+    'Dead jobs awaiting a decision: SELECT pgsched.retry(id) redrives one.';
+
+-- workers_live: workers seen in the last minute, with what they hold now.
+CREATE VIEW pgsched.workers_live AS
+SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
+       EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j WHERE j.state = 'running' AND j.leased_by = w.name)
+           AS running, w.version
+FROM pgsched.workers w
+WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
+COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';

@@ -1,0 +1,29 @@
+-- pgsched: creates what depends on the install-time shard count, the default
+-- partitions that catch any row whose day partition is missing, and today's
+-- day partitions.
+DO $$
+DECLARE
+    v_shards integer;
+BEGIN
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
+    FOR s IN 0 .. v_shards - 1 LOOP
+        -- fillfactor leaves room on each page for HOT heartbeat updates; the
+        -- hot partitions are vacuumed early and without throttling.
+        EXECUTE pg_catalog.format(
+            'CREATE TABLE pgsched.%I PARTITION OF pgsched.jobs FOR VALUES IN (%s) '
+            'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
+            'autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)',
+            'jobs_s' || s, s);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pg_catalog.floor(pg_catalog.random() * %s)::smallint',
+        v_shards);
+    EXECUTE pg_catalog.format(
+        'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);
+END
+$$;
+
+CREATE TABLE pgsched.job_history_default PARTITION OF pgsched.job_history DEFAULT;
+CREATE TABLE pgsched.job_events_default PARTITION OF pgsched.job_events DEFAULT;
+
+SELECT pgsched.maintain();

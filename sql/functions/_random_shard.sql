@@ -1,0 +1,10 @@
+-- _random_shard
+-- contract: a shard chosen uniformly at random, for jobs without an
+-- idempotency key.
+CREATE OR REPLACE FUNCTION pgsched._random_shard()
+RETURNS smallint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT pg_catalog.floor(pg_catalog.random() * c.shards)::smallint FROM pgsched.config c
+$$;

@@ -1,0 +1,57 @@
+-- cancel
+-- contract: a waiting job (scheduled or available) is cancelled at once and
+-- returns 'cancelled'; once that is returned the job can never start. A
+-- running job gets a cancel request, seen by its worker at the next
+-- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
+-- had already succeeded. A finished job is left as it is
+-- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
+-- returns 'not_found'.
+CREATE OR REPLACE FUNCTION pgsched.cancel(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_job pgsched.jobs;
+    v_state pgsched.job_state;
+BEGIN
+    -- A job can move between waiting and running while we look (a claim, a
+    -- retry); each statement is fenced on state, so try the pair again.
+    FOR i IN 1 .. 3 LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'available')
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'cancelled before it ran');
+            RETURN 'cancelled';
+        END IF;
+
+        UPDATE pgsched.jobs j
+        SET cancel_requested_at = coalesce(j.cancel_requested_at, v_now)
+        WHERE j.id = cancel.job_id AND j.state = 'running'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt, v_job.leased_by,
+                                   v_job.lease_token);
+            RETURN 'cancel_requested';
+        END IF;
+
+        SELECT h.state INTO v_state
+        FROM pgsched.job_history h
+        WHERE h.id = cancel.job_id
+        ORDER BY h.finished_at DESC
+        LIMIT 1;
+        IF FOUND AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = cancel.job_id) THEN
+            RETURN 'already_' || v_state::text;
+        END IF;
+        IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = cancel.job_id) THEN
+            RETURN 'not_found';
+        END IF;
+    END LOOP;
+    RETURN 'busy';
+END
+$$;

@@ -1,0 +1,88 @@
+-- claim
+-- contract: leases up to n due jobs of `queues` (skipping paused queues, and
+-- jobs whose labels the worker does not all offer) to `worker` for `lease`.
+-- Each claimed job gets a new fencing token, larger than any before, and its
+-- attempt incremented. A job is never leased twice at once: rows are locked
+-- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+--
+-- Shards are visited one statement each, starting at start_shard (workers
+-- rotate it), so concurrent claimers spread over partitions instead of
+-- fighting for the same rows. Priority orders jobs within a shard; across
+-- shards it holds within one rotation.
+CREATE OR REPLACE FUNCTION pgsched.claim(
+    worker      text,
+    queues      text[],
+    n           integer,
+    lease       interval,
+    labels      text[]      DEFAULT '{}',
+    start_shard integer     DEFAULT NULL,
+    p_now       timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
+    max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_shards integer;
+    v_audit boolean;
+    v_queues text[];
+    v_left integer := claim.n;
+    v_got integer;
+    v_shard smallint;
+BEGIN
+    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.shards, c.audit INTO v_shards, v_audit FROM pgsched.config c;
+    SELECT pg_catalog.array_agg(q) INTO v_queues
+    FROM unnest(claim.queues) q
+    WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
+    IF v_queues IS NULL THEN
+        RETURN;
+    END IF;
+
+    FOR i IN 0 .. v_shards - 1 LOOP
+        v_shard := ((coalesce(claim.start_shard, 0) + i) % v_shards + v_shards) % v_shards;
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard
+              AND j.state = 'available'
+              AND j.queue = ANY (v_queues)
+              AND j.labels <@ coalesce(claim.labels, '{}')
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT v_left
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE pgsched.jobs j
+            SET state = 'running',
+                attempt = j.attempt + 1,
+                lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                leased_by = claim.worker,
+                lease_expires_at = v_now + claim.lease,
+                started_at = v_now
+            FROM due
+            WHERE j.shard = v_shard AND j.id = due.id AND j.state = 'available'
+            RETURNING j.*
+        ), audit AS (
+            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+            SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
+            FROM leased l
+            WHERE v_audit
+        )
+        SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+        FROM leased l;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END
+$$;

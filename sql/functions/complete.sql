@@ -1,0 +1,67 @@
+-- complete
+-- contract: finishes the jobs whose fencing token is still current, in one
+-- statement: each accepted job leaves pgsched.jobs and enters
+-- pgsched.job_history as 'completed' with its result, with one audit event.
+-- A stale token (the lease expired and the job was handed to someone else, or
+-- it already finished) changes nothing. Returns one row per input job saying
+-- whether it was accepted. shards, when given, lets each lookup go straight
+-- to the job's partition.
+CREATE OR REPLACE FUNCTION pgsched.complete(
+    job_ids bigint[],
+    tokens  bigint[],
+    results jsonb[]     DEFAULT NULL,
+    shards  smallint[]  DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, accepted boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result, u.shard
+        FROM unnest(complete.job_ids, complete.tokens, complete.results, complete.shards)
+             AS u(id, token, result, shard)
+        WHERE u.id IS NOT NULL
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.shard, u.result
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token AND (u.shard IS NULL OR j.shard = u.shard)
+        WHERE j.state = 'running'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), done AS (
+        DELETE FROM pgsched.jobs j
+        USING locked l
+        WHERE j.id = l.id AND j.shard = l.shard
+        RETURNING j.*, l.result
+    ), history AS (
+        INSERT INTO pgsched.job_history
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error)
+        SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
+               d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
+               d.created_at, d.started_at, v_now, d.result, NULL
+        FROM done d
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+        SELECT d.id, v_now, 'completed', d.attempt, d.leased_by, d.lease_token
+        FROM done d
+        WHERE v_config.audit
+    ), keys AS (
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = v_now + v_config.idempotency_retention
+        FROM done d
+        WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
+    )
+    SELECT u.id, d.id IS NOT NULL
+    FROM input u
+    LEFT JOIN done d ON d.id = u.id;
+END
+$$;

@@ -1,0 +1,90 @@
+-- expire_leases
+-- contract: jobs whose lease ran out (their worker died, hung or lost its
+-- connection) go back to 'available' at once, or to 'dead' when their
+-- attempts are used up, or to 'cancelled' when cancellation was requested,
+-- each with a 'lease_expired' event naming the worker and token that lost
+-- the lease. Candidates are locked with SKIP LOCKED and every write re-checks
+-- the token, the state and the expiry, so a completion racing the expiry
+-- wins cleanly and a stale read never overwrites a newer claim. Returns the
+-- number of jobs handled (at most p_limit; call again while it is p_limit).
+CREATE OR REPLACE FUNCTION pgsched.expire_leases(
+    p_now   timestamptz DEFAULT NULL,
+    p_limit integer     DEFAULT 1000,
+    p_shard integer     DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_requeued text[];
+    v_finished integer;
+    v_count integer;
+    v_job pgsched.jobs;
+    v_expired record;
+BEGIN
+    WITH expired AS MATERIALIZED (
+        SELECT j.id, j.shard, j.lease_token, j.leased_by, j.lease_expires_at
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < v_now
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), requeued AS (
+        UPDATE pgsched.jobs j
+        SET state = 'available', run_at = v_now,
+            lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+            last_error = pg_catalog.format('lease expired at %s (worker %s)', e.lease_expires_at, e.leased_by)
+        FROM expired e
+        WHERE j.id = e.id AND j.shard = e.shard AND j.lease_token = e.lease_token
+          AND j.state = 'running' AND j.lease_expires_at < v_now
+          AND j.attempt < j.max_attempts AND j.cancel_requested_at IS NULL
+        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        SELECT r.id, v_now, 'lease_expired', r.attempt, r.leased_by, r.lease_token,
+               pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available')
+        FROM requeued r, pgsched.config c
+        WHERE c.audit
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue)
+    INTO v_count, v_requeued
+    FROM requeued r;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_requeued) q;
+
+    -- Out of attempts (or cancel requested): these leave the active table.
+    -- Rare, so one fenced DELETE per job keeps the filing simple.
+    v_finished := 0;
+    FOR v_expired IN
+        SELECT j.id, j.shard, j.lease_token
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < v_now
+          AND (j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_expired.id AND j.shard = v_expired.shard AND j.lease_token = v_expired.lease_token
+          AND j.state = 'running' AND j.lease_expires_at < v_now
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(
+                v_job,
+                CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END::pgsched.job_state,
+                v_now,
+                pg_catalog.format('lease expired at %s (worker %s) after attempt %s of %s',
+                                  v_job.lease_expires_at, v_job.leased_by, v_job.attempt, v_job.max_attempts),
+                NULL,
+                pg_catalog.jsonb_build_object('lease_expires_at', v_job.lease_expires_at, 'reason', 'lease_expired'));
+            v_finished := v_finished + 1;
+        END IF;
+    END LOOP;
+
+    RETURN v_count + v_finished;
+END
+$$;

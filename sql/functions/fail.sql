@@ -1,0 +1,67 @@
+-- fail
+-- contract: reports a failed run under its fencing token and returns the
+-- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
+-- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
+-- 'cancelled' (cancellation had been requested). A stale token changes
+-- nothing and returns 'lease_lost'.
+--
+-- Each branch is one fenced statement (token and state in its WHERE). The
+-- retry branch runs first and excludes cancel-requested jobs; if a cancel
+-- lands between the two, the terminal branch catches it.
+CREATE OR REPLACE FUNCTION pgsched.fail(
+    job_id   bigint,
+    token    bigint,
+    error    text,
+    retry_at timestamptz DEFAULT NULL,
+    final    boolean     DEFAULT false,
+    p_now    timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_job pgsched.jobs;
+    v_state pgsched.job_state;
+BEGIN
+    UPDATE pgsched.jobs j
+    SET run_at = v.run_at,
+        state = CASE WHEN v.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+        lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+        last_error = fail.error
+    FROM (
+        SELECT j2.id, j2.shard,
+               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
+        FROM pgsched.jobs j2
+        WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
+    ) v
+    WHERE j.id = v.id AND j.shard = v.shard
+      AND j.lease_token = fail.token AND j.state = 'running'
+      AND NOT coalesce(fail.final, false)
+      AND j.attempt < j.max_attempts
+      AND j.cancel_requested_at IS NULL
+    RETURNING j.state, j.attempt, j.queue, j.run_at INTO v_state, v_job.attempt, v_job.queue, v_job.run_at;
+    IF FOUND THEN
+        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, NULL, fail.token,
+            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
+        IF v_state = 'available' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
+        ELSE
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN v_state::text;
+    END IF;
+
+    DELETE FROM pgsched.jobs j
+    WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        v_state := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
+        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error);
+        RETURN v_state::text;
+    END IF;
+    RETURN 'lease_lost';
+END
+$$;

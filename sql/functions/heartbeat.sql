@@ -1,0 +1,50 @@
+-- heartbeat
+-- contract: extends the lease of each (job_id, token) pair that still holds
+-- its lease, in one statement for all of a worker's running jobs. Returns one
+-- row per input job: whether the lease is still held (false: the job was
+-- expired, taken over or finished elsewhere, and its result must be
+-- discarded) and whether cancellation was requested. Rows are locked in id
+-- order, as complete() does, so the two never deadlock.
+CREATE OR REPLACE FUNCTION pgsched.heartbeat(
+    job_ids bigint[],
+    tokens  bigint[],
+    lease   interval,
+    worker  text        DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, held boolean, cancel_requested boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+BEGIN
+    IF heartbeat.worker IS NOT NULL THEN
+        UPDATE pgsched.workers w
+        SET last_seen = v_now, running = coalesce(pg_catalog.cardinality(heartbeat.job_ids), 0)
+        WHERE w.name = heartbeat.worker;
+    END IF;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token FROM unnest(heartbeat.job_ids, heartbeat.tokens) AS u(id, token)
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.shard
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token
+        WHERE j.state = 'running'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), extended AS (
+        UPDATE pgsched.jobs j
+        SET lease_expires_at = v_now + heartbeat.lease
+        FROM locked l
+        WHERE j.id = l.id AND j.shard = l.shard
+        RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
+    )
+    SELECT u.id, e.id IS NOT NULL, coalesce(e.cancel_requested, false)
+    FROM input u
+    LEFT JOIN extended e ON e.id = u.id;
+END
+$$;

@@ -1,0 +1,18 @@
+-- release
+-- contract: hands running jobs back at once (a worker shutting down before
+-- they finished), each under its fencing token, without counting a failure.
+-- Returns one row per job with its new state or 'lease_lost'. Jobs are
+-- visited in id order.
+CREATE OR REPLACE FUNCTION pgsched.release(
+    job_ids bigint[],
+    tokens  bigint[],
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, outcome text)
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(release.p_now, pg_catalog.now()))
+    FROM unnest(release.job_ids, release.tokens) AS u(id, token)
+    ORDER BY u.id
+$$;

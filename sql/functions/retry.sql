@@ -1,0 +1,54 @@
+-- retry
+-- contract: re-enqueues (redrives) a dead or cancelled job under its own id,
+-- due now, with a fresh attempt budget (the task's max_attempts, else the
+-- install default) on top of the attempts it used: the attempt counter keeps
+-- growing across redrives. Its history rows stay. Returns
+-- 'retried', 'active' (the job is queued or running already),
+-- 'not_retryable' (it completed) or 'not_found'.
+CREATE OR REPLACE FUNCTION pgsched.retry(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_last pgsched.job_history;
+    v_id bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
+        RETURN 'active';
+    END IF;
+    SELECT * INTO v_last
+    FROM pgsched.job_history h
+    WHERE h.id = retry.job_id
+    ORDER BY h.finished_at DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_last.state = 'completed' THEN
+        RETURN 'not_retryable';
+    END IF;
+
+    -- The primary key (id, shard) makes a concurrent second redrive a no-op.
+    INSERT INTO pgsched.jobs AS j
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at)
+    VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at)
+    ON CONFLICT DO NOTHING
+    RETURNING j.id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN 'active';
+    END IF;
+    -- The insert trigger starts every job at attempt 0; carry the count on.
+    UPDATE pgsched.jobs j
+    SET attempt = v_last.attempt, max_attempts = v_last.attempt + j.max_attempts
+    WHERE j.id = v_id AND j.shard = v_last.shard;
+    PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
+        pg_catalog.jsonb_build_object('previous_state', v_last.state));
+    RETURN 'retried';
+END
+$$;
