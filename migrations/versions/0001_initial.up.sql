@@ -1,0 +1,1604 @@
+-- Frozen copy of sql/ as of revision 0001. Never edit: add a revision.
+-- 00_schema.sql
+-- pgsched: schema, roles, sequences, types and the install-time configuration.
+--
+-- The shard count is fixed at install. `pgsched migrate --shards N` sets the
+-- session setting `pgsched.install_shards` before these files run; without it
+-- the default is 8.
+
+CREATE SCHEMA IF NOT EXISTS pgsched;
+COMMENT ON SCHEMA pgsched IS
+    'pgsched: a job queue and scheduler whose API is SQL functions. Tables are readable; write through functions (or the documented INSERT INTO pgsched.jobs).';
+
+-- Roles are cluster-wide: create them only when missing so two databases on
+-- one server can both hold a pgsched schema.
+DO $$
+DECLARE
+    v_role text;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['pgsched_enqueue', 'pgsched_worker', 'pgsched_admin', 'pgsched_tenant_scoped'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Ids and fencing tokens each come from one sequence, so both only grow.
+CREATE SEQUENCE pgsched.jobs_id_seq AS bigint;
+CREATE SEQUENCE pgsched.lease_token_seq AS bigint;
+
+CREATE TYPE pgsched.job_state AS ENUM (
+    'scheduled',   -- waiting for run_at
+    'available',   -- due, claimable
+    'running',     -- leased to a worker under a fencing token
+    'completed',   -- terminal: the handler returned
+    'dead',        -- terminal: attempts exhausted, unknown task, or given up
+    'cancelled'    -- terminal: cancelled before or while running
+);
+
+-- One row. Changed with UPDATE by an administrator; read by the functions.
+CREATE TABLE pgsched.config (
+    singleton             boolean     PRIMARY KEY DEFAULT true,
+    shards                smallint    NOT NULL,
+    max_payload_bytes     integer     NOT NULL DEFAULT 1048576,
+    default_max_attempts  integer     NOT NULL DEFAULT 5,
+    backoff_base          interval    NOT NULL DEFAULT '2 seconds',
+    backoff_max           interval    NOT NULL DEFAULT '1 hour',
+    backoff_jitter        real        NOT NULL DEFAULT 0.25,
+    history_retention     interval    NOT NULL DEFAULT '14 days',
+    events_retention      interval    NOT NULL DEFAULT '14 days',
+    idempotency_retention interval    NOT NULL DEFAULT '14 days',
+    partitions_ahead      integer     NOT NULL DEFAULT 3,
+    audit                 boolean     NOT NULL DEFAULT true,
+    CONSTRAINT config_singleton CHECK (singleton),
+    CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
+    CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
+    CONSTRAINT config_default_max_attempts_positive CHECK (default_max_attempts > 0),
+    CONSTRAINT config_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
+    CONSTRAINT config_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
+    CONSTRAINT config_partitions_ahead_range CHECK (partitions_ahead BETWEEN 1 AND 60)
+);
+COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install.';
+
+INSERT INTO pgsched.config (shards)
+VALUES (coalesce(nullif(pg_catalog.current_setting('pgsched.install_shards', true), '')::smallint, 8));
+
+-- 10_tables.sql
+-- pgsched: tables.
+--
+-- Active jobs live in pgsched.jobs, LIST-partitioned by shard; a job never
+-- changes shard while it is active, so no transition moves a row between
+-- partitions. Finishing a job moves it, in the statement that finishes it,
+-- to pgsched.job_history (RANGE-partitioned by day). Every transition adds a
+-- row to pgsched.job_events (also by day). Retention drops partitions; it
+-- never runs a mass DELETE.
+
+CREATE TABLE pgsched.jobs (
+    id                  bigint            NOT NULL DEFAULT pg_catalog.nextval('pgsched.jobs_id_seq'),
+    shard               smallint          NOT NULL DEFAULT 0,  -- replaced at install (random shard)
+    state               pgsched.job_state NOT NULL DEFAULT 'available',
+    queue               text              NOT NULL DEFAULT 'default',
+    task                text              NOT NULL,
+    args                jsonb             NOT NULL DEFAULT '{}',
+    priority            integer           NOT NULL DEFAULT 0,
+    run_at              timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    attempt             integer           NOT NULL DEFAULT 0,
+    max_attempts        integer,          -- NULL on insert means: the task's, else the install default
+    lease_token         bigint,
+    leased_by           text,
+    lease_expires_at    timestamptz,
+    started_at          timestamptz,
+    cancel_requested_at timestamptz,
+    idempotency_key     text,
+    labels              text[]            NOT NULL DEFAULT '{}',
+    tenant              text,
+    last_error          text,
+    created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
+    CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$'),
+    CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT jobs_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
+    CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT jobs_attempt_nonnegative CHECK (attempt >= 0),
+    CONSTRAINT jobs_run_at_finite CHECK (pg_catalog.isfinite(run_at)),
+    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -1000000 AND 1000000),
+    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.length(idempotency_key) BETWEEN 1 AND 512),
+    CONSTRAINT jobs_state_active CHECK (state IN ('scheduled', 'available', 'running')),
+    CONSTRAINT jobs_lease_iff_running CHECK (
+        (state = 'running') = (lease_token IS NOT NULL AND leased_by IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CONSTRAINT jobs_labels_valid CHECK (pg_catalog.array_position(labels, NULL) IS NULL),
+    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+) PARTITION BY LIST (shard);
+COMMENT ON TABLE pgsched.jobs IS
+    'Active jobs (scheduled, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
+COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current lease; every claim draws a new, larger one.';
+COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
+COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
+COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
+
+CREATE TABLE pgsched.job_history (
+    id                  bigint            NOT NULL,
+    shard               smallint          NOT NULL,
+    state               pgsched.job_state NOT NULL,
+    queue               text              NOT NULL,
+    task                text              NOT NULL,
+    args                jsonb             NOT NULL,
+    priority            integer           NOT NULL,
+    run_at              timestamptz       NOT NULL,
+    attempt             integer           NOT NULL,
+    max_attempts        integer           NOT NULL,
+    lease_token         bigint,
+    leased_by           text,
+    idempotency_key     text,
+    labels              text[]            NOT NULL,
+    tenant              text,
+    created_at          timestamptz       NOT NULL,
+    started_at          timestamptz,
+    finished_at         timestamptz       NOT NULL,
+    result              jsonb,
+    error               text,
+    CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
+) PARTITION BY RANGE (finished_at);
+COMMENT ON TABLE pgsched.job_history IS
+    'Finished jobs (completed, dead, cancelled), partitioned by day of finished_at; retention drops whole days.';
+
+CREATE TABLE pgsched.job_events (
+    job_id  bigint      NOT NULL,
+    at      timestamptz NOT NULL,
+    kind    text        NOT NULL,
+    attempt integer,
+    worker  text,
+    token   bigint,
+    detail  jsonb,
+    CONSTRAINT job_events_kind_valid CHECK (kind IN (
+        'claimed', 'completed', 'failed', 'dead', 'snoozed', 'released', 'cancel_requested',
+        'cancelled', 'lease_expired', 'retried', 'lease_lost'))
+) PARTITION BY RANGE (at);
+COMMENT ON TABLE pgsched.job_events IS
+    'Audit trail: one row per transition after enqueue (the job row itself records created_at), partitioned by day.';
+
+-- Idempotency keys deduplicate against active jobs and, until expires_at,
+-- finished ones. Not partitioned, so the key is unique across all shards.
+CREATE TABLE pgsched.idempotency_keys (
+    key        text        PRIMARY KEY,
+    job_id     bigint      NOT NULL,
+    shard      smallint    NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    expires_at timestamptz  -- NULL while the job is active
+);
+CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
+    WHERE expires_at IS NOT NULL;
+
+-- Task policies, registered by workers at start (and by hand if wanted).
+CREATE TABLE pgsched.tasks (
+    name           text        PRIMARY KEY,
+    queue          text        NOT NULL DEFAULT 'default',
+    max_attempts   integer,
+    backoff_base   interval,
+    backoff_max    interval,
+    backoff_jitter real,
+    updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
+    CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1)
+);
+COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
+
+-- Queue controls: pause stops claims; backoff overrides the install default.
+CREATE TABLE pgsched.queues (
+    name           text        PRIMARY KEY,
+    paused         boolean     NOT NULL DEFAULT false,
+    backoff_base   interval,
+    backoff_max    interval,
+    updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base)
+);
+
+-- Live workers, for operators (workers_live) and for the "is anyone there" checks.
+CREATE TABLE pgsched.workers (
+    name       text        PRIMARY KEY,
+    host       text,
+    pid        integer,
+    queues     text[]      NOT NULL DEFAULT '{}',
+    labels     text[]      NOT NULL DEFAULT '{}',
+    concurrency integer,
+    started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    running    integer     NOT NULL DEFAULT 0,
+    version    text
+);
+
+-- 20_indexes.sql
+-- pgsched: indexes. Partial indexes keep each path to its own small set of rows:
+-- claims never read scheduled or running rows, promotion never reads due ones.
+
+-- Claim: due jobs of a queue in priority order.
+CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'available';
+-- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
+CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
+    WHERE state = 'scheduled';
+-- Running jobs by worker. Heartbeats change lease_expires_at only, which is in
+-- no index, so they can be HOT updates.
+CREATE INDEX jobs_running_idx ON pgsched.jobs (leased_by)
+    WHERE state = 'running';
+
+CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
+CREATE INDEX job_history_queue_idx ON pgsched.job_history (queue, finished_at);
+CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
+    WHERE state = 'dead';
+
+CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, at);
+
+-- functions/_backoff.sql
+-- _backoff
+-- contract: the delay before retry number p_attempt + 1 of a job of p_task in
+-- p_queue: exponential from base, capped at max, minus up to `jitter` of it
+-- at random so retries of a burst spread out. The task's policy wins over the
+-- queue's, which wins over the install default.
+CREATE OR REPLACE FUNCTION pgsched._backoff(p_task text, p_queue text, p_attempt integer)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT least(p.max, p.base * pg_catalog.power(2, least(greatest(p_attempt, 1) - 1, 40)))
+           * (1 - p.jitter * pg_catalog.random())
+    FROM (
+        SELECT coalesce(t.backoff_base, q.backoff_base, c.backoff_base) AS base,
+               coalesce(t.backoff_max, q.backoff_max, c.backoff_max) AS max,
+               coalesce(t.backoff_jitter, c.backoff_jitter)::double precision AS jitter
+        FROM pgsched.config c
+        LEFT JOIN pgsched.tasks t ON t.name = p_task
+        LEFT JOIN pgsched.queues q ON q.name = p_queue
+    ) p
+$$;
+
+-- functions/_check_tenant.sql
+-- _check_tenant
+-- contract: a session confined to a tenant (its login role is a member of
+-- pgsched_tenant_scoped) may enqueue only for the tenant in the setting
+-- pgsched.tenant; with the setting missing it may enqueue nothing (fails
+-- closed). Raises insufficient_privilege otherwise.
+CREATE OR REPLACE FUNCTION pgsched._check_tenant(p_tenant text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_has_role(session_user, 'pgsched_tenant_scoped', 'MEMBER')
+       AND p_tenant IS DISTINCT FROM nullif(pg_catalog.current_setting('pgsched.tenant', true), '') THEN
+        RAISE EXCEPTION 'pgsched: this role is confined to tenant %, not %',
+            coalesce(nullif(pg_catalog.current_setting('pgsched.tenant', true), ''), '(none set)'),
+            coalesce(p_tenant, '(none)')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+
+-- functions/_ensure_day_partition.sql
+-- _ensure_day_partition
+-- contract: makes sure p_parent (job_history or job_events) has a partition
+-- for the UTC day p_day. Rows that landed in the default partition for that
+-- day (written while the partition was missing) are moved into the new one
+-- before it is attached, so nothing is lost and the attach cannot fail on
+-- them. Returns true when it created a partition.
+CREATE OR REPLACE FUNCTION pgsched._ensure_day_partition(p_parent text, p_day date)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_name text := p_parent || '_p' || pg_catalog.to_char(p_day, 'YYYYMMDD');
+    v_key text := CASE p_parent WHEN 'job_history' THEN 'finished_at' WHEN 'job_events' THEN 'at' END;
+    v_from timestamptz := (p_day::timestamp AT TIME ZONE 'UTC');
+    v_to timestamptz := ((p_day + 1)::timestamp AT TIME ZONE 'UTC');
+BEGIN
+    IF v_key IS NULL THEN
+        RAISE EXCEPTION 'pgsched: % is not a day-partitioned table', p_parent USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.to_regclass(pg_catalog.format('pgsched.%I', v_name)) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE pg_catalog.format(
+        'CREATE TABLE pgsched.%I (LIKE pgsched.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', v_name, p_parent);
+    EXECUTE pg_catalog.format(
+        'WITH moved AS (DELETE FROM pgsched.%I WHERE %I >= $1 AND %I < $2 RETURNING *) '
+        'INSERT INTO pgsched.%I SELECT * FROM moved',
+        p_parent || '_default', v_key, v_key, v_name) USING v_from, v_to;
+    EXECUTE pg_catalog.format(
+        'ALTER TABLE pgsched.%I ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
+        p_parent, v_name, v_from, v_to);
+    RETURN true;
+END
+$$;
+
+-- functions/_event.sql
+-- _event
+-- contract: appends one audit event when auditing is on.
+CREATE OR REPLACE FUNCTION pgsched._event(
+    p_job_id  bigint,
+    p_at      timestamptz,
+    p_kind    text,
+    p_attempt integer,
+    p_worker  text,
+    p_token   bigint,
+    p_detail  jsonb DEFAULT NULL
+)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+    SELECT p_job_id, p_at, p_kind, p_attempt, p_worker, p_token, p_detail
+    FROM pgsched.config c
+    WHERE c.audit
+$$;
+
+-- functions/_finish.sql
+-- _finish
+-- contract: records a job that was just deleted from pgsched.jobs (by the
+-- caller's own fenced DELETE, in the same transaction) as finished: a
+-- history row in p_state, one audit event, and the idempotency key's
+-- retention clock started. Callers do the check-and-write; this only files.
+CREATE OR REPLACE FUNCTION pgsched._finish(
+    p_job    pgsched.jobs,
+    p_state  pgsched.job_state,
+    p_now    timestamptz,
+    p_error  text  DEFAULT NULL,
+    p_result jsonb DEFAULT NULL,
+    p_detail jsonb DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    INSERT INTO pgsched.job_history
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error)
+    VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
+            p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
+            p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at, p_job.started_at,
+            p_now, p_result, p_error);
+    IF v_config.audit THEN
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
+                coalesce(p_detail, CASE WHEN p_error IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object('error', p_error) END));
+    END IF;
+    IF p_job.idempotency_key IS NOT NULL THEN
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = p_now + v_config.idempotency_retention
+        WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
+    END IF;
+END
+$$;
+
+-- functions/_put_back.sql
+-- _put_back
+-- contract: returns a running job to the queue under its fencing token
+-- without spending its failure budget: max_attempts grows by one, so the
+-- attempt counter keeps growing (every run has a new attempt and token) while
+-- the job keeps as many failures as it had. A job whose cancellation was
+-- requested is cancelled instead. Returns the new state, or 'lease_lost'.
+CREATE OR REPLACE FUNCTION pgsched._put_back(
+    p_job_id bigint,
+    p_token  bigint,
+    p_run_at timestamptz,
+    p_kind   text,
+    p_now    timestamptz
+)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_job pgsched.jobs;
+    v_run_at timestamptz := coalesce(p_run_at, p_now);
+BEGIN
+    UPDATE pgsched.jobs j
+    SET run_at = v_run_at,
+        state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+        max_attempts = j.max_attempts + 1,
+        lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.cancel_requested_at IS NULL
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
+            pg_catalog.jsonb_build_object('run_at', v_run_at));
+        IF v_job.state = 'available' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
+        ELSE
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN v_job.state::text;
+    END IF;
+
+    DELETE FROM pgsched.jobs j
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        PERFORM pgsched._finish(v_job, 'cancelled', p_now, 'cancelled while running');
+        RETURN 'cancelled';
+    END IF;
+    RETURN 'lease_lost';
+END
+$$;
+
+-- functions/_random_shard.sql
+-- _random_shard
+-- contract: a shard chosen uniformly at random, for jobs without an
+-- idempotency key.
+CREATE OR REPLACE FUNCTION pgsched._random_shard()
+RETURNS smallint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT pg_catalog.floor(pg_catalog.random() * c.shards)::smallint FROM pgsched.config c
+$$;
+
+-- functions/_shard_for_key.sql
+-- _shard_for_key
+-- contract: the shard of a job with this idempotency key; stable for a given
+-- key and shard count, so a key always lands on the same shard.
+CREATE OR REPLACE FUNCTION pgsched._shard_for_key(p_key text)
+RETURNS smallint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT ((pg_catalog.hashtextextended(p_key, 0) % c.shards + c.shards) % c.shards)::smallint
+    FROM pgsched.config c
+$$;
+
+-- functions/_tenant_visible.sql
+-- _tenant_visible
+-- contract: row-level security predicate. Roles that are members of
+-- pgsched_tenant_scoped see (and write) only rows of the tenant named in the
+-- setting pgsched.tenant; with the setting missing they see nothing. Other
+-- roles see every row.
+CREATE OR REPLACE FUNCTION pgsched._tenant_visible(p_tenant text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_scoped', 'MEMBER')
+        OR p_tenant = nullif(pg_catalog.current_setting('pgsched.tenant', true), '')
+$$;
+
+-- functions/cancel.sql
+-- cancel
+-- contract: a waiting job (scheduled or available) is cancelled at once and
+-- returns 'cancelled'; once that is returned the job can never start. A
+-- running job gets a cancel request, seen by its worker at the next
+-- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
+-- had already succeeded. A finished job is left as it is
+-- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
+-- returns 'not_found'.
+CREATE OR REPLACE FUNCTION pgsched.cancel(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_job pgsched.jobs;
+    v_state pgsched.job_state;
+BEGIN
+    -- A job can move between waiting and running while we look (a claim, a
+    -- retry); each statement is fenced on state, so try the pair again.
+    FOR i IN 1 .. 3 LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'available')
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'cancelled before it ran');
+            RETURN 'cancelled';
+        END IF;
+
+        UPDATE pgsched.jobs j
+        SET cancel_requested_at = coalesce(j.cancel_requested_at, v_now)
+        WHERE j.id = cancel.job_id AND j.state = 'running'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt, v_job.leased_by,
+                                   v_job.lease_token);
+            RETURN 'cancel_requested';
+        END IF;
+
+        SELECT h.state INTO v_state
+        FROM pgsched.job_history h
+        WHERE h.id = cancel.job_id
+        ORDER BY h.finished_at DESC
+        LIMIT 1;
+        IF FOUND AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = cancel.job_id) THEN
+            RETURN 'already_' || v_state::text;
+        END IF;
+        IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = cancel.job_id) THEN
+            RETURN 'not_found';
+        END IF;
+    END LOOP;
+    RETURN 'busy';
+END
+$$;
+
+-- functions/claim.sql
+-- claim
+-- contract: leases up to n due jobs of `queues` (skipping paused queues, and
+-- jobs whose labels the worker does not all offer) to `worker` for `lease`.
+-- Each claimed job gets a new fencing token, larger than any before, and its
+-- attempt incremented. A job is never leased twice at once: rows are locked
+-- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+--
+-- Shards are visited one statement each, starting at start_shard (workers
+-- rotate it), so concurrent claimers spread over partitions instead of
+-- fighting for the same rows. Priority orders jobs within a shard; across
+-- shards it holds within one rotation.
+CREATE OR REPLACE FUNCTION pgsched.claim(
+    worker      text,
+    queues      text[],
+    n           integer,
+    lease       interval,
+    labels      text[]      DEFAULT '{}',
+    start_shard integer     DEFAULT NULL,
+    p_now       timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
+    max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_shards integer;
+    v_audit boolean;
+    v_queues text[];
+    v_left integer := claim.n;
+    v_got integer;
+    v_shard smallint;
+BEGIN
+    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.shards, c.audit INTO v_shards, v_audit FROM pgsched.config c;
+    SELECT pg_catalog.array_agg(q) INTO v_queues
+    FROM unnest(claim.queues) q
+    WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
+    IF v_queues IS NULL THEN
+        RETURN;
+    END IF;
+
+    FOR i IN 0 .. v_shards - 1 LOOP
+        v_shard := ((coalesce(claim.start_shard, 0) + i) % v_shards + v_shards) % v_shards;
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard
+              AND j.state = 'available'
+              AND j.queue = ANY (v_queues)
+              AND j.labels <@ coalesce(claim.labels, '{}')
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT v_left
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE pgsched.jobs j
+            SET state = 'running',
+                attempt = j.attempt + 1,
+                lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                leased_by = claim.worker,
+                lease_expires_at = v_now + claim.lease,
+                started_at = v_now
+            FROM due
+            WHERE j.shard = v_shard AND j.id = due.id AND j.state = 'available'
+            RETURNING j.*
+        ), audit AS (
+            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+            SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
+            FROM leased l
+            WHERE v_audit
+        )
+        SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+        FROM leased l;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END
+$$;
+
+-- functions/complete.sql
+-- complete
+-- contract: finishes the jobs whose fencing token is still current, in one
+-- statement: each accepted job leaves pgsched.jobs and enters
+-- pgsched.job_history as 'completed' with its result, with one audit event.
+-- A stale token (the lease expired and the job was handed to someone else, or
+-- it already finished) changes nothing. Returns one row per input job saying
+-- whether it was accepted. shards, when given, lets each lookup go straight
+-- to the job's partition.
+CREATE OR REPLACE FUNCTION pgsched.complete(
+    job_ids bigint[],
+    tokens  bigint[],
+    results jsonb[]     DEFAULT NULL,
+    shards  smallint[]  DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, accepted boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result, u.shard
+        FROM unnest(complete.job_ids, complete.tokens, complete.results, complete.shards)
+             AS u(id, token, result, shard)
+        WHERE u.id IS NOT NULL
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.shard, u.result
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token AND (u.shard IS NULL OR j.shard = u.shard)
+        WHERE j.state = 'running'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), done AS (
+        DELETE FROM pgsched.jobs j
+        USING locked l
+        WHERE j.id = l.id AND j.shard = l.shard
+        RETURNING j.*, l.result
+    ), history AS (
+        INSERT INTO pgsched.job_history
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error)
+        SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
+               d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
+               d.created_at, d.started_at, v_now, d.result, NULL
+        FROM done d
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+        SELECT d.id, v_now, 'completed', d.attempt, d.leased_by, d.lease_token
+        FROM done d
+        WHERE v_config.audit
+    ), keys AS (
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = v_now + v_config.idempotency_retention
+        FROM done d
+        WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
+    )
+    SELECT u.id, d.id IS NOT NULL
+    FROM input u
+    LEFT JOIN done d ON d.id = u.id;
+END
+$$;
+
+-- functions/enqueue.sql
+-- enqueue
+-- contract: adds one job and returns its id. For an idempotency key already
+-- held by an active job, or by a finished one within the retention window,
+-- returns that job's id and adds nothing. The shard derives from the key when
+-- there is one (so a key always lands on the same shard), else it is random.
+CREATE OR REPLACE FUNCTION pgsched.enqueue(
+    task            text,
+    args            jsonb       DEFAULT '{}',
+    queue           text        DEFAULT 'default',
+    run_at          timestamptz DEFAULT NULL,
+    priority        integer     DEFAULT 0,
+    idempotency_key text        DEFAULT NULL,
+    max_attempts    integer     DEFAULT NULL,
+    labels          text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM pgsched._check_tenant(enqueue.tenant);
+    INSERT INTO pgsched.jobs AS j
+        (shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, labels, tenant)
+    VALUES (
+        coalesce(pgsched._shard_for_key(enqueue.idempotency_key), pgsched._random_shard()),
+        coalesce(enqueue.queue, 'default'), enqueue.task, coalesce(enqueue.args, '{}'),
+        coalesce(enqueue.priority, 0), coalesce(enqueue.run_at, pg_catalog.now()),
+        enqueue.idempotency_key, enqueue.max_attempts, coalesce(enqueue.labels, '{}'), enqueue.tenant)
+    RETURNING j.id INTO v_id;
+
+    IF v_id IS NULL THEN
+        -- The trigger found the key taken: hand back the job that holds it.
+        SELECT k.job_id INTO v_id FROM pgsched.idempotency_keys k WHERE k.key = enqueue.idempotency_key;
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- functions/enqueue_many.sql
+-- enqueue_many
+-- contract: enqueue() for many jobs in one statement; returns one id per input
+-- row, in input order (for a repeated idempotency key, the holder's id; rows
+-- repeating a key within the batch get the first row's job). Arrays are
+-- parallel; a NULL array, or a NULL element, means the default.
+CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
+    tasks            text[],
+    args             jsonb[]       DEFAULT NULL,
+    queues           text[]        DEFAULT NULL,
+    run_ats          timestamptz[] DEFAULT NULL,
+    priorities       integer[]     DEFAULT NULL,
+    idempotency_keys text[]        DEFAULT NULL,
+    max_attempts     integer[]     DEFAULT NULL,
+    tenants          text[]        DEFAULT NULL
+)
+RETURNS TABLE (ord bigint, job_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_ords bigint[];
+    v_ids bigint[];
+    v_keys text[];
+BEGIN
+    IF tasks IS NULL OR pg_catalog.cardinality(tasks) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pgsched._check_tenant(t) FROM unnest(tenants) t;
+
+    WITH input AS MATERIALIZED (
+        SELECT u.ord, u.task, u.args, u.queue, u.run_at, u.priority, u.key, u.max_attempts, u.tenant,
+               pg_catalog.nextval('pgsched.jobs_id_seq') AS id,
+               -- only the first row of a key in this batch is inserted
+               u.key IS NULL OR u.ord = pg_catalog.min(u.ord) OVER (PARTITION BY u.key) AS first_of_key
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, ord)
+    ), inserted AS (
+        INSERT INTO pgsched.jobs AS j
+            (id, shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, tenant)
+        SELECT i.id,
+               coalesce(pgsched._shard_for_key(i.key), pgsched._random_shard()),
+               coalesce(i.queue, 'default'), i.task, coalesce(i.args, '{}'),
+               coalesce(i.priority, 0), coalesce(i.run_at, v_now), i.key, i.max_attempts, i.tenant
+        FROM input i
+        WHERE i.first_of_key
+        ORDER BY i.ord
+        RETURNING j.id
+    )
+    SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
+           pg_catalog.array_agg(ins.id ORDER BY i.ord),
+           pg_catalog.array_agg(i.key ORDER BY i.ord)
+    INTO v_ords, v_ids, v_keys
+    FROM input i
+    LEFT JOIN inserted ins ON ins.id = i.id;
+
+    -- Rows whose key was taken: look the holder up in a new statement, whose
+    -- snapshot sees a concurrent enqueue of the same key that we waited for.
+    RETURN QUERY
+    SELECT x.o, coalesce(x.id, (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = x.k))
+    FROM unnest(v_ords, v_ids, v_keys) AS x(o, id, k)
+    ORDER BY x.o;
+END
+$$;
+
+-- functions/expire_leases.sql
+-- expire_leases
+-- contract: jobs whose lease ran out (their worker died, hung or lost its
+-- connection) go back to 'available' at once, or to 'dead' when their
+-- attempts are used up, or to 'cancelled' when cancellation was requested,
+-- each with a 'lease_expired' event naming the worker and token that lost
+-- the lease. Candidates are locked with SKIP LOCKED and every write re-checks
+-- the token, the state and the expiry, so a completion racing the expiry
+-- wins cleanly and a stale read never overwrites a newer claim. Returns the
+-- number of jobs handled (at most p_limit; call again while it is p_limit).
+CREATE OR REPLACE FUNCTION pgsched.expire_leases(
+    p_now   timestamptz DEFAULT NULL,
+    p_limit integer     DEFAULT 1000,
+    p_shard integer     DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_requeued text[];
+    v_finished integer;
+    v_count integer;
+    v_job pgsched.jobs;
+    v_expired record;
+BEGIN
+    WITH expired AS MATERIALIZED (
+        SELECT j.id, j.shard, j.lease_token, j.leased_by, j.lease_expires_at
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < v_now
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), requeued AS (
+        UPDATE pgsched.jobs j
+        SET state = 'available', run_at = v_now,
+            lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+            last_error = pg_catalog.format('lease expired at %s (worker %s)', e.lease_expires_at, e.leased_by)
+        FROM expired e
+        WHERE j.id = e.id AND j.shard = e.shard AND j.lease_token = e.lease_token
+          AND j.state = 'running' AND j.lease_expires_at < v_now
+          AND j.attempt < j.max_attempts AND j.cancel_requested_at IS NULL
+        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        SELECT r.id, v_now, 'lease_expired', r.attempt, r.leased_by, r.lease_token,
+               pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available')
+        FROM requeued r, pgsched.config c
+        WHERE c.audit
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue)
+    INTO v_count, v_requeued
+    FROM requeued r;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_requeued) q;
+
+    -- Out of attempts (or cancel requested): these leave the active table.
+    -- Rare, so one fenced DELETE per job keeps the filing simple.
+    v_finished := 0;
+    FOR v_expired IN
+        SELECT j.id, j.shard, j.lease_token
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < v_now
+          AND (j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_expired.id AND j.shard = v_expired.shard AND j.lease_token = v_expired.lease_token
+          AND j.state = 'running' AND j.lease_expires_at < v_now
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(
+                v_job,
+                CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END::pgsched.job_state,
+                v_now,
+                pg_catalog.format('lease expired at %s (worker %s) after attempt %s of %s',
+                                  v_job.lease_expires_at, v_job.leased_by, v_job.attempt, v_job.max_attempts),
+                NULL,
+                pg_catalog.jsonb_build_object('lease_expires_at', v_job.lease_expires_at, 'reason', 'lease_expired'));
+            v_finished := v_finished + 1;
+        END IF;
+    END LOOP;
+
+    RETURN v_count + v_finished;
+END
+$$;
+
+-- functions/fail.sql
+-- fail
+-- contract: reports a failed run under its fencing token and returns the
+-- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
+-- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
+-- 'cancelled' (cancellation had been requested). A stale token changes
+-- nothing and returns 'lease_lost'.
+--
+-- Each branch is one fenced statement (token and state in its WHERE). The
+-- retry branch runs first and excludes cancel-requested jobs; if a cancel
+-- lands between the two, the terminal branch catches it.
+CREATE OR REPLACE FUNCTION pgsched.fail(
+    job_id   bigint,
+    token    bigint,
+    error    text,
+    retry_at timestamptz DEFAULT NULL,
+    final    boolean     DEFAULT false,
+    p_now    timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_job pgsched.jobs;
+    v_state pgsched.job_state;
+BEGIN
+    UPDATE pgsched.jobs j
+    SET run_at = v.run_at,
+        state = CASE WHEN v.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+        lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+        last_error = fail.error
+    FROM (
+        SELECT j2.id, j2.shard,
+               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
+        FROM pgsched.jobs j2
+        WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
+    ) v
+    WHERE j.id = v.id AND j.shard = v.shard
+      AND j.lease_token = fail.token AND j.state = 'running'
+      AND NOT coalesce(fail.final, false)
+      AND j.attempt < j.max_attempts
+      AND j.cancel_requested_at IS NULL
+    RETURNING j.state, j.attempt, j.queue, j.run_at INTO v_state, v_job.attempt, v_job.queue, v_job.run_at;
+    IF FOUND THEN
+        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, NULL, fail.token,
+            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
+        IF v_state = 'available' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
+        ELSE
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN v_state::text;
+    END IF;
+
+    DELETE FROM pgsched.jobs j
+    WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        v_state := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
+        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error);
+        RETURN v_state::text;
+    END IF;
+    RETURN 'lease_lost';
+END
+$$;
+
+-- functions/heartbeat.sql
+-- heartbeat
+-- contract: extends the lease of each (job_id, token) pair that still holds
+-- its lease, in one statement for all of a worker's running jobs. Returns one
+-- row per input job: whether the lease is still held (false: the job was
+-- expired, taken over or finished elsewhere, and its result must be
+-- discarded) and whether cancellation was requested. Rows are locked in id
+-- order, as complete() does, so the two never deadlock.
+CREATE OR REPLACE FUNCTION pgsched.heartbeat(
+    job_ids bigint[],
+    tokens  bigint[],
+    lease   interval,
+    worker  text        DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, held boolean, cancel_requested boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+BEGIN
+    IF heartbeat.worker IS NOT NULL THEN
+        UPDATE pgsched.workers w
+        SET last_seen = v_now, running = coalesce(pg_catalog.cardinality(heartbeat.job_ids), 0)
+        WHERE w.name = heartbeat.worker;
+    END IF;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token FROM unnest(heartbeat.job_ids, heartbeat.tokens) AS u(id, token)
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.shard
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token
+        WHERE j.state = 'running'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), extended AS (
+        UPDATE pgsched.jobs j
+        SET lease_expires_at = v_now + heartbeat.lease
+        FROM locked l
+        WHERE j.id = l.id AND j.shard = l.shard
+        RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
+    )
+    SELECT u.id, e.id IS NOT NULL, coalesce(e.cancel_requested, false)
+    FROM input u
+    LEFT JOIN extended e ON e.id = u.id;
+END
+$$;
+
+-- functions/maintain.sql
+-- maintain
+-- contract: the housekeeping that keeps tables small and bounded, safe to run
+-- from any number of processes at once (they take turns on a
+-- transaction-scoped advisory lock, so it also works through PgBouncer):
+-- creates day partitions of job_history and job_events from yesterday to
+-- partitions_ahead days ahead, drops the partitions older than their
+-- retention, forgets idempotency keys whose retention ran out and workers
+-- unseen for a day. Returns what it did as one JSON object.
+CREATE OR REPLACE FUNCTION pgsched.maintain(p_now timestamptz DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_today date := (v_now AT TIME ZONE 'UTC')::date;
+    v_config pgsched.config;
+    v_created integer := 0;
+    v_dropped text[] := '{}';
+    v_keys integer;
+    v_workers integer;
+    v_part record;
+    v_retention interval;
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.maintain')) THEN
+        RETURN pg_catalog.jsonb_build_object('skipped', 'another maintain() is running');
+    END IF;
+    SELECT * INTO v_config FROM pgsched.config;
+
+    FOR d IN -1 .. v_config.partitions_ahead LOOP
+        IF pgsched._ensure_day_partition('job_history', v_today + d) THEN v_created := v_created + 1; END IF;
+        IF pgsched._ensure_day_partition('job_events', v_today + d) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+
+    -- A partition goes when its whole day is older than the retention.
+    FOR v_part IN
+        SELECT c.relname, p.relname AS parent,
+               pg_catalog.to_date(pg_catalog.right(c.relname, 8), 'YYYYMMDD') AS day
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+        JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
+        WHERE n.nspname = 'pgsched' AND p.relname IN ('job_history', 'job_events')
+          AND c.relname ~ '_p[0-9]{8}$'
+    LOOP
+        v_retention := CASE v_part.parent WHEN 'job_history' THEN v_config.history_retention
+                                          ELSE v_config.events_retention END;
+        IF ((v_part.day + 1)::timestamp AT TIME ZONE 'UTC') <= v_now - v_retention THEN
+            -- Dropping a partition locks its parent for a moment; never queue
+            -- behind a long reader, try again at the next run instead.
+            BEGIN
+                PERFORM pg_catalog.set_config('lock_timeout', '2s', true);
+                EXECUTE pg_catalog.format('DROP TABLE pgsched.%I', v_part.relname);
+                v_dropped := v_dropped || v_part.relname::text;
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE NOTICE 'pgsched: % is busy; it will be dropped later', v_part.relname;
+            END;
+        END IF;
+    END LOOP;
+
+    WITH gone AS (
+        DELETE FROM pgsched.idempotency_keys k
+        WHERE k.key IN (SELECT k2.key FROM pgsched.idempotency_keys k2
+                        WHERE k2.expires_at < v_now LIMIT 50000)
+        RETURNING 1
+    )
+    SELECT pg_catalog.count(*) INTO v_keys FROM gone;
+
+    DELETE FROM pgsched.workers w WHERE w.last_seen < v_now - interval '1 day';
+    GET DIAGNOSTICS v_workers = ROW_COUNT;
+
+    RETURN pg_catalog.jsonb_build_object(
+        'partitions_created', v_created, 'partitions_dropped', pg_catalog.to_jsonb(v_dropped),
+        'idempotency_keys_pruned', v_keys, 'workers_pruned', v_workers);
+END
+$$;
+
+-- functions/next_due.sql
+-- next_due
+-- contract: the earliest run_at among scheduled jobs (NULL when there are
+-- none): one probe of each shard's scheduled index, so a scanner can sleep
+-- exactly until then.
+CREATE OR REPLACE FUNCTION pgsched.next_due(p_shard integer DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT pg_catalog.min(j.run_at)
+    FROM pgsched.jobs j
+    WHERE j.state = 'scheduled' AND (p_shard IS NULL OR j.shard = p_shard)
+$$;
+
+-- functions/pause_queue.sql
+-- pause_queue
+-- contract: stops claims from a queue (jobs can still be enqueued) until
+-- resume_queue(); takes effect at each worker's next claim. Returns true.
+CREATE OR REPLACE FUNCTION pgsched.pause_queue(queue text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    INSERT INTO pgsched.queues AS q (name, paused, updated_at)
+    VALUES (pause_queue.queue, true, pg_catalog.now())
+    ON CONFLICT (name) DO UPDATE SET paused = true, updated_at = EXCLUDED.updated_at
+    RETURNING true
+$$;
+
+-- functions/promote_due.sql
+-- promote_due
+-- contract: makes scheduled jobs whose run_at has come 'available' and wakes
+-- workers of their queues (one NOTIFY per queue). Reads only due rows of the
+-- scheduled index, so a backlog of far-future jobs costs nothing. Returns the
+-- number promoted (at most p_limit; call again while it is p_limit).
+CREATE OR REPLACE FUNCTION pgsched.promote_due(
+    p_now   timestamptz DEFAULT NULL,
+    p_limit integer     DEFAULT 10000,
+    p_shard integer     DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_count integer;
+    v_queues text[];
+BEGIN
+    WITH due AS MATERIALIZED (
+        SELECT j.id, j.shard
+        FROM pgsched.jobs j
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.run_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), promoted AS (
+        UPDATE pgsched.jobs j
+        SET state = 'available'
+        FROM due
+        WHERE j.id = due.id AND j.shard = due.shard AND j.state = 'scheduled' AND j.run_at <= v_now
+        RETURNING j.queue
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT p.queue)
+    INTO v_count, v_queues
+    FROM promoted p;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    RETURN v_count;
+END
+$$;
+
+-- functions/register_tasks.sql
+-- register_tasks
+-- contract: upserts task policies from a JSON array of objects with keys
+-- name (required), queue, max_attempts, backoff_base, backoff_max,
+-- backoff_jitter (seconds). Workers call it at start with the tasks they
+-- serve. Returns the number of tasks registered.
+CREATE OR REPLACE FUNCTION pgsched.register_tasks(tasks jsonb)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    IF pg_catalog.jsonb_typeof(register_tasks.tasks) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'pgsched: register_tasks expects a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO pgsched.tasks AS t (name, queue, max_attempts, backoff_base, backoff_max, backoff_jitter, updated_at)
+    SELECT e->>'name', coalesce(e->>'queue', 'default'), (e->>'max_attempts')::integer,
+           pg_catalog.make_interval(secs => (e->>'backoff_base')::double precision),
+           pg_catalog.make_interval(secs => (e->>'backoff_max')::double precision),
+           (e->>'backoff_jitter')::real, pg_catalog.now()
+    FROM pg_catalog.jsonb_array_elements(register_tasks.tasks) e
+    ON CONFLICT (name) DO UPDATE
+    SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts, backoff_base = EXCLUDED.backoff_base,
+        backoff_max = EXCLUDED.backoff_max, backoff_jitter = EXCLUDED.backoff_jitter, updated_at = EXCLUDED.updated_at
+    WHERE (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter)
+          IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts, EXCLUDED.backoff_base,
+                            EXCLUDED.backoff_max, EXCLUDED.backoff_jitter);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+-- functions/register_worker.sql
+-- register_worker
+-- contract: records a worker as live (or refreshes it) for operators;
+-- heartbeat(worker => name) keeps last_seen current and unregister_worker()
+-- removes it on a clean exit.
+CREATE OR REPLACE FUNCTION pgsched.register_worker(
+    name        text,
+    host        text    DEFAULT NULL,
+    pid         integer DEFAULT NULL,
+    queues      text[]  DEFAULT '{}',
+    labels      text[]  DEFAULT '{}',
+    concurrency integer DEFAULT NULL,
+    version     text    DEFAULT NULL
+)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    INSERT INTO pgsched.workers AS w (name, host, pid, queues, labels, concurrency, version, started_at, last_seen)
+    VALUES (register_worker.name, register_worker.host, register_worker.pid, coalesce(register_worker.queues, '{}'),
+            coalesce(register_worker.labels, '{}'), register_worker.concurrency, register_worker.version,
+            pg_catalog.now(), pg_catalog.now())
+    ON CONFLICT (name) DO UPDATE
+    SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues, labels = EXCLUDED.labels,
+        concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
+        started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen, running = 0
+$$;
+
+-- functions/release.sql
+-- release
+-- contract: hands running jobs back at once (a worker shutting down before
+-- they finished), each under its fencing token, without counting a failure.
+-- Returns one row per job with its new state or 'lease_lost'. Jobs are
+-- visited in id order.
+CREATE OR REPLACE FUNCTION pgsched.release(
+    job_ids bigint[],
+    tokens  bigint[],
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, outcome text)
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(release.p_now, pg_catalog.now()))
+    FROM unnest(release.job_ids, release.tokens) AS u(id, token)
+    ORDER BY u.id
+$$;
+
+-- functions/resume_queue.sql
+-- resume_queue
+-- contract: lets workers claim from a paused queue again and wakes them.
+-- Returns whether the queue had been paused.
+CREATE OR REPLACE FUNCTION pgsched.resume_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    UPDATE pgsched.queues q SET paused = false, updated_at = pg_catalog.now()
+    WHERE q.name = resume_queue.queue AND q.paused;
+    IF FOUND THEN
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', resume_queue.queue);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- functions/retry.sql
+-- retry
+-- contract: re-enqueues (redrives) a dead or cancelled job under its own id,
+-- due now, with a fresh attempt budget (the task's max_attempts, else the
+-- install default) on top of the attempts it used: the attempt counter keeps
+-- growing across redrives. Its history rows stay. Returns
+-- 'retried', 'active' (the job is queued or running already),
+-- 'not_retryable' (it completed) or 'not_found'.
+CREATE OR REPLACE FUNCTION pgsched.retry(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_last pgsched.job_history;
+    v_id bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
+        RETURN 'active';
+    END IF;
+    SELECT * INTO v_last
+    FROM pgsched.job_history h
+    WHERE h.id = retry.job_id
+    ORDER BY h.finished_at DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_last.state = 'completed' THEN
+        RETURN 'not_retryable';
+    END IF;
+
+    -- The primary key (id, shard) makes a concurrent second redrive a no-op.
+    INSERT INTO pgsched.jobs AS j
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at)
+    VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at)
+    ON CONFLICT DO NOTHING
+    RETURNING j.id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN 'active';
+    END IF;
+    -- The insert trigger starts every job at attempt 0; carry the count on.
+    UPDATE pgsched.jobs j
+    SET attempt = v_last.attempt, max_attempts = v_last.attempt + j.max_attempts
+    WHERE j.id = v_id AND j.shard = v_last.shard;
+    PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
+        pg_catalog.jsonb_build_object('previous_state', v_last.state));
+    RETURN 'retried';
+END
+$$;
+
+-- functions/snooze.sql
+-- snooze
+-- contract: puts a running job back to run at run_at, under its fencing
+-- token, without counting a failed attempt. Returns 'scheduled' or
+-- 'available', 'cancelled' if cancellation had been requested, or
+-- 'lease_lost' for a stale token.
+CREATE OR REPLACE FUNCTION pgsched.snooze(
+    job_id bigint,
+    token  bigint,
+    run_at timestamptz,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
+                             coalesce(snooze.p_now, pg_catalog.now()))
+$$;
+
+-- functions/tg_jobs__before_insert.sql
+-- tg_jobs__before_insert
+-- contract: every row entering pgsched.jobs, by enqueue() or a plain INSERT,
+-- gets its defaults, its validation and its wake-up here, so all paths behave
+-- alike. A repeated idempotency key skips the row (INSERT 0 0) and keeps the
+-- existing job; enqueue() then returns that job's id.
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_config pgsched.config;
+    v_size integer;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+
+    -- A new job starts from nothing, whatever the INSERT said.
+    NEW.attempt := 0;
+    NEW.lease_token := NULL;
+    NEW.leased_by := NULL;
+    NEW.lease_expires_at := NULL;
+    NEW.started_at := NULL;
+    NEW.cancel_requested_at := NULL;
+    NEW.last_error := NULL;
+    NEW.state := CASE WHEN NEW.run_at <= v_now THEN 'available' ELSE 'scheduled' END;
+
+    IF NEW.args IS NOT NULL THEN
+        v_size := pg_catalog.octet_length(NEW.args::text);
+        IF v_size > v_config.max_payload_bytes THEN
+            RAISE EXCEPTION 'pgsched: job args are % bytes, over the limit of % bytes', v_size, v_config.max_payload_bytes
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_args_size_limit',
+                      SCHEMA = 'pgsched', TABLE = 'jobs',
+                      HINT = 'Store large data elsewhere and pass a reference, or raise pgsched.config.max_payload_bytes.';
+        END IF;
+    END IF;
+
+    IF NEW.max_attempts IS NULL THEN
+        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
+        NEW.max_attempts := coalesce(NEW.max_attempts, v_config.default_max_attempts);
+    END IF;
+
+    IF NEW.idempotency_key IS NOT NULL THEN
+        -- The key row is the lock: a concurrent insert of the same key waits
+        -- here for the first one's commit, then sees the conflict. A redrive
+        -- of the same job (retry()) re-activates its own key; a key whose
+        -- retention ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
+        VALUES (NEW.idempotency_key, NEW.id, NEW.shard, v_now)
+        ON CONFLICT (key) DO UPDATE
+            SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
+            WHERE k.job_id = NEW.id OR k.expires_at < v_now;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    IF NEW.state = 'available' THEN
+        -- Delivered at commit; identical notifications in one transaction
+        -- are folded into one by PostgreSQL, so a batch sends one per queue.
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', NEW.queue);
+    ELSE
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- functions/unregister_worker.sql
+-- unregister_worker
+-- contract: forgets a worker that exits cleanly.
+CREATE OR REPLACE FUNCTION pgsched.unregister_worker(name text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    DELETE FROM pgsched.workers w WHERE w.name = unregister_worker.name
+$$;
+
+-- 30_triggers.sql
+-- pgsched: triggers.
+CREATE TRIGGER tg_jobs__before_insert
+    BEFORE INSERT ON pgsched.jobs
+    FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__before_insert();
+
+-- 40_views.sql
+-- pgsched: views, the operator's surface. Per queue, never only averages.
+
+-- queue_stats: depth by state, the age of the oldest due job, retries, and
+-- over the last five minutes the finished counts, throughput and start lag
+-- (start - due) percentiles.
+CREATE VIEW pgsched.queue_stats AS
+WITH active AS (
+    SELECT j.queue,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'available') AS available,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running') AS running,
+           pg_catalog.count(*) FILTER (WHERE j.state IN ('scheduled', 'available') AND j.attempt > 0) AS retrying,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at < pg_catalog.now())
+               AS lease_expired,
+           pg_catalog.min(j.run_at) FILTER (
+               WHERE j.state = 'available' OR (j.state = 'scheduled' AND j.run_at <= pg_catalog.now()))
+               AS oldest_due_at
+    FROM pgsched.jobs j
+    GROUP BY j.queue
+), recent AS (
+    SELECT h.queue,
+           pg_catalog.count(*) FILTER (WHERE h.state = 'completed') AS completed_5m,
+           pg_catalog.count(*) FILTER (WHERE h.state = 'dead') AS dead_5m,
+           pg_catalog.count(*) FILTER (WHERE h.state = 'cancelled') AS cancelled_5m,
+           pg_catalog.percentile_cont(0.5) WITHIN GROUP (
+               ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+               AS lag_p50,
+           pg_catalog.percentile_cont(0.95) WITHIN GROUP (
+               ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+               AS lag_p95,
+           pg_catalog.percentile_cont(0.99) WITHIN GROUP (
+               ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+               AS lag_p99
+    FROM pgsched.job_history h
+    WHERE h.finished_at > pg_catalog.now() - interval '5 minutes'
+    GROUP BY h.queue
+), names AS (
+    SELECT a.queue FROM active a
+    UNION SELECT r.queue FROM recent r
+    UNION SELECT q.name FROM pgsched.queues q
+)
+SELECT n.queue,
+       coalesce(q.paused, false) AS paused,
+       coalesce(a.scheduled, 0) AS scheduled,
+       coalesce(a.available, 0) AS available,
+       coalesce(a.running, 0) AS running,
+       coalesce(a.retrying, 0) AS retrying,
+       coalesce(a.lease_expired, 0) AS lease_expired,
+       coalesce(EXTRACT(EPOCH FROM pg_catalog.now() - a.oldest_due_at), 0)::double precision AS oldest_due_age_s,
+       coalesce(r.completed_5m, 0) AS completed_5m,
+       coalesce(r.dead_5m, 0) AS dead_5m,
+       coalesce(r.cancelled_5m, 0) AS cancelled_5m,
+       round((coalesce(r.completed_5m, 0) / 300.0)::numeric, 2)::double precision AS completed_per_s,
+       r.lag_p50::double precision AS lag_p50_s,
+       r.lag_p95::double precision AS lag_p95_s,
+       r.lag_p99::double precision AS lag_p99_s
+FROM names n
+LEFT JOIN active a ON a.queue = n.queue
+LEFT JOIN recent r ON r.queue = n.queue
+LEFT JOIN pgsched.queues q ON q.name = n.queue;
+COMMENT ON VIEW pgsched.queue_stats IS
+    'Per queue: depth by state, oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
+
+-- dead_letters: jobs whose latest outcome is dead and that were not redriven.
+CREATE VIEW pgsched.dead_letters AS
+SELECT h.id, h.queue, h.task, h.args, h.attempt, h.max_attempts, h.error, h.finished_at AS died_at,
+       h.created_at, h.idempotency_key, h.tenant, h.labels, h.leased_by AS last_worker
+FROM pgsched.job_history h
+WHERE h.state = 'dead'
+  AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = h.id)
+  AND NOT EXISTS (SELECT 1 FROM pgsched.job_history h2 WHERE h2.id = h.id AND h2.finished_at > h.finished_at);
+COMMENT ON VIEW pgsched.dead_letters IS
+    'Dead jobs awaiting a decision: SELECT pgsched.retry(id) redrives one.';
+
+-- workers_live: workers seen in the last minute, with what they hold now.
+CREATE VIEW pgsched.workers_live AS
+SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
+       EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j WHERE j.state = 'running' AND j.leased_by = w.name)
+           AS running, w.version
+FROM pgsched.workers w
+WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
+COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
+
+-- 90_grants.sql
+-- pgsched: privileges and row-level security (DESIGN §5).
+--
+--   pgsched_enqueue  enqueue (functions or INSERT INTO pgsched.jobs) and read jobs
+--   pgsched_worker   claim, heartbeat, complete, fail, snooze, release, housekeeping;
+--                    reads everything, writes nothing directly
+--   pgsched_admin    both of the above, plus cancel, retry, queue pause/resume, config
+--   pgsched_tenant_scoped  a marker: members see and write only the tenant named in
+--                    the setting pgsched.tenant (nothing when it is missing)
+--
+-- Applications connect as roles granted these, never as the owner. Every
+-- function that writes runs as SECURITY DEFINER with a fixed search_path.
+
+REVOKE ALL ON SCHEMA pgsched FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA pgsched FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgsched FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgsched FROM PUBLIC;
+GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+
+GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
+
+-- Used by the row-level security policies, so callable by whoever reads.
+GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+
+GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many TO pgsched_enqueue;
+GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
+GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
+GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queue_stats, pgsched.dead_letters
+    TO pgsched_enqueue;
+
+GRANT EXECUTE ON FUNCTION
+    pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
+    pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
+    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker
+    TO pgsched_worker;
+GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
+    pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
+    pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live
+    TO pgsched_worker;
+
+GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue
+    TO pgsched_admin;
+GRANT UPDATE ON pgsched.config TO pgsched_admin;
+GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
+
+-- Views run with the caller's rights, so row-level security applies through them.
+ALTER VIEW pgsched.queue_stats SET (security_invoker = true);
+ALTER VIEW pgsched.dead_letters SET (security_invoker = true);
+ALTER VIEW pgsched.workers_live SET (security_invoker = true);
+
+ALTER TABLE pgsched.jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY jobs_tenant ON pgsched.jobs
+    USING (pgsched._tenant_visible(tenant))
+    WITH CHECK (pgsched._tenant_visible(tenant));
+ALTER TABLE pgsched.job_history ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_history_tenant ON pgsched.job_history
+    USING (pgsched._tenant_visible(tenant));
+ALTER TABLE pgsched.job_events ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_events_unscoped ON pgsched.job_events
+    USING (pgsched._tenant_visible(NULL));
+
+-- 99_bootstrap.sql
+-- pgsched: creates what depends on the install-time shard count, the default
+-- partitions that catch any row whose day partition is missing, and today's
+-- day partitions.
+DO $$
+DECLARE
+    v_shards integer;
+BEGIN
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
+    FOR s IN 0 .. v_shards - 1 LOOP
+        -- fillfactor leaves room on each page for HOT heartbeat updates; the
+        -- hot partitions are vacuumed early and without throttling.
+        EXECUTE pg_catalog.format(
+            'CREATE TABLE pgsched.%I PARTITION OF pgsched.jobs FOR VALUES IN (%s) '
+            'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
+            'autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)',
+            'jobs_s' || s, s);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pg_catalog.floor(pg_catalog.random() * %s)::smallint',
+        v_shards);
+    EXECUTE pg_catalog.format(
+        'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);
+END
+$$;
+
+CREATE TABLE pgsched.job_history_default PARTITION OF pgsched.job_history DEFAULT;
+CREATE TABLE pgsched.job_events_default PARTITION OF pgsched.job_events DEFAULT;
+
+SELECT pgsched.maintain();

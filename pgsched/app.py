@@ -1,0 +1,258 @@
+"""The App: registered tasks and schedules, and the producer side (enqueue, cancel, retry)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar, overload
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgsched import queries
+from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
+from pgsched.task import JobSpec, Task
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class App:
+    """Tasks and schedules of one application, and the way to its database.
+
+    The DSN is, in order: the ``dsn`` argument, PGSCHED_DSN, DATABASE_URL,
+    else the embedded server (started and migrated on first use).
+    """
+
+    def __init__(self, dsn: str | None = None, *, name: str = "pgsched") -> None:
+        self._dsn = dsn
+        self.name = name
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: list[Any] = []
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    # -- configuration ---------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The resolved DSN (may start the embedded server)."""
+        if self._dsn is None:
+            from pgsched.settings import resolve_dsn
+
+            self._dsn = resolve_dsn()
+        return self._dsn
+
+    def configure(self, dsn: str) -> None:
+        """Point the app at another database (the CLI's --dsn does this)."""
+        self.close()
+        self._dsn = dsn
+
+    # -- registration ----------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        priority: int = 0,
+        retry_backoff: float | None = None,
+        retry_backoff_max: float | None = None,
+        retry_jitter: float | None = None,
+        labels: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        priority: int = 0,
+        retry_backoff: float | None = None,
+        retry_backoff_max: float | None = None,
+        retry_jitter: float | None = None,
+        labels: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a handler. ``name`` (what plain SQL enqueues by) defaults to ``module.function``.
+
+        retry_backoff / retry_backoff_max are seconds (exponential from the
+        first, capped at the second); retry_jitter is the fraction removed at
+        random. Unset values fall back to the queue's, then the install's.
+        """
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            if task_name in self.tasks and self.tasks[task_name].fn is not func:
+                raise TaskAlreadyRegistered(f"a task named {task_name!r} is already registered")
+            if max_attempts is not None and max_attempts < 1:
+                raise ValueError("max_attempts must be at least 1")
+            created = Task(
+                self,
+                func,
+                name=task_name,
+                queue=queue,
+                max_attempts=max_attempts,
+                priority=priority,
+                retry_backoff=retry_backoff,
+                retry_backoff_max=retry_backoff_max,
+                retry_jitter=retry_jitter,
+                labels=labels,
+                timeout=timeout,
+            )
+            self.tasks[task_name] = created
+            return created
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        """The task registered under name; raises TaskNotRegistered."""
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise TaskNotRegistered(f"no task is registered under {name!r}") from None
+
+    # -- connections -------------------------------------------------------
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the app's database."""
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, **kwargs)
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    def _run(self, conn: psycopg.Connection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
+        try:
+            if conn is not None:
+                return conn.execute(query, params).fetchall()
+            with self._lock:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self.connect()
+                try:
+                    return self._conn.execute(query, params).fetchall()
+                except psycopg.OperationalError:
+                    # A dropped connection: reconnect once and try again.
+                    self._conn.close()
+                    self._conn = self.connect()
+                    return self._conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    def close(self) -> None:
+        """Close the app's own connection (enqueues without conn= reopen it)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- producing -------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str | Task[Any, Any],
+        args: dict[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        queue: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        priority: int | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        labels: Sequence[str] = (),
+        tenant: str | None = None,
+    ) -> int:
+        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id."""
+        registered = task if isinstance(task, Task) else self.tasks.get(task)
+        name = task.name if isinstance(task, Task) else task
+        spec = JobSpec(
+            task=name,
+            args=args or {},
+            queue=queue or (registered.queue if registered else None),
+            run_at=run_at,
+            delay=delay,
+            priority=priority if priority is not None else (registered.priority if registered else None),
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts or (registered.max_attempts if registered else None),
+            labels=labels or (registered.labels if registered else ()),
+            tenant=tenant,
+        )
+        return self.enqueue_spec(spec, conn=conn)
+
+    def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> int:
+        """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
+        rows = self._run(
+            conn,
+            queries.ENQUEUE,
+            (
+                spec.task,
+                Jsonb(spec.args, dumps=lambda _: spec.args_json()),
+                spec.queue or "default",
+                spec.due_at(),
+                spec.priority or 0,
+                spec.idempotency_key,
+                spec.max_attempts,
+                list(spec.labels),
+                spec.tenant,
+            ),
+        )
+        return int(rows[0][0])
+
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[int]:
+        """Enqueue many jobs in one statement and one round trip; returns their ids in order."""
+        specs = list(jobs)
+        if not specs:
+            return []
+        if any(spec.labels for spec in specs):
+            # Labels are per job arrays; the batch function takes flat arrays.
+            return [self.enqueue_spec(spec, conn=conn) for spec in specs]
+        rows = self._run(
+            conn,
+            queries.ENQUEUE_MANY,
+            (
+                [s.task for s in specs],
+                [Jsonb(s.args, dumps=lambda _, s=s: s.args_json()) for s in specs],
+                [s.queue or "default" for s in specs],
+                [s.due_at() for s in specs],
+                [s.priority or 0 for s in specs],
+                [s.idempotency_key for s in specs],
+                [s.max_attempts for s in specs],
+                [s.tenant for s in specs],
+            ),
+        )
+        return [int(r[0]) for r in rows]
+
+    def cancel(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
+        """Cancel a job: 'cancelled', 'cancel_requested', 'already_<state>' or 'not_found'."""
+        return str(self._run(conn, queries.CANCEL, (job_id,))[0][0])
+
+    def retry(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
+        """Redrive a dead or cancelled job: 'retried', 'active', 'not_retryable' or 'not_found'."""
+        return str(self._run(conn, queries.RETRY, (job_id,))[0][0])
+
+    # -- running ---------------------------------------------------------
+
+    def run_worker(self, **options: Any) -> int:
+        """Run a worker in this process until it is stopped (see pgsched.worker.Worker)."""
+        from pgsched.worker import Worker, WorkerOptions
+
+        return Worker(self, WorkerOptions(**options)).run()
+
+
+__all__ = ["App", "PgschedError"]

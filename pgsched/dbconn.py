@@ -1,0 +1,91 @@
+"""Connections for long-running processes: opened with keepalives, reopened with backoff when they drop."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Half-open TCP connections (a cut network, a frozen server) are found in
+# about 20 s instead of the kernel's two hours.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
+
+
+class Reconnecting:
+    """One autocommit connection that is reopened, with capped exponential backoff, when it fails.
+
+    ``call(fn)`` runs fn(conn); on a connection-level failure it reconnects
+    and raises, so the caller decides whether repeating fn is safe.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        purpose: str,
+        stop: threading.Event,
+        prepare: bool = True,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.dsn = dsn
+        self.purpose = purpose
+        self.stop = stop
+        self.prepare = prepare
+        self.max_backoff = max_backoff
+        self.conn: psycopg.Connection[Any] | None = None
+        self._failures = 0
+
+    def _open(self) -> psycopg.Connection[Any]:
+        kwargs: dict[str, Any] = dict(KEEPALIVES)
+        if self.dsn.startswith(("postgres://", "postgresql://")) or "=" not in self.dsn:
+            kwargs["application_name"] = f"pgsched {self.purpose}"
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, **kwargs)
+        if not self.prepare:
+            conn.prepare_threshold = None
+        return conn
+
+    def get(self) -> psycopg.Connection[Any]:
+        """The open connection, reconnecting (and waiting between tries) until it works or stop is set."""
+        while self.conn is None or self.conn.closed or self.conn.broken:
+            if self.stop.is_set() and self._failures > 0:
+                raise psycopg.OperationalError(f"{self.purpose}: stopping while disconnected")
+            try:
+                self.conn = self._open()
+                if self._failures:
+                    log.info("%s connection restored after %d failed tries", self.purpose, self._failures)
+                self._failures = 0
+            except psycopg.OperationalError as exc:
+                self._failures += 1
+                delay = min(self.max_backoff, 0.05 * 2 ** min(self._failures, 10)) * (0.5 + random.random() / 2)
+                if self._failures in (1, 5) or self._failures % 50 == 0:
+                    log.warning("%s: cannot connect (%s); retrying in %.2fs", self.purpose, exc, delay)
+                self.stop.wait(delay)
+        return self.conn
+
+    def call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        conn = self.get()
+        try:
+            return fn(conn)
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        """Drop the connection; the next get() reconnects."""
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
+                pass
+        self.conn = None
+
+    def close(self) -> None:
+        self.discard()

@@ -1,0 +1,104 @@
+"""Keeps a worker's leases alive: one heartbeat() statement for all its jobs, and the answers it brings back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from pgsched import queries
+from pgsched.dbconn import Reconnecting
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeater:
+    """A thread that extends every held lease each ``interval`` seconds.
+
+    ``held()`` gives the (job id, token) pairs to extend. For each job whose
+    lease is no longer held, ``on_lost(job_id)`` is called; for each job whose
+    cancellation was requested, ``on_cancel(job_id)``. When no heartbeat has
+    succeeded for a whole lease, every held job is reported lost, since the
+    database may have handed them to someone else.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        worker: str,
+        lease: float,
+        interval: float,
+        held: Callable[[], list[tuple[int, int]]],
+        on_lost: Callable[[int], None],
+        on_cancel: Callable[[int], None],
+        stop: threading.Event,
+        prepare: bool = True,
+    ) -> None:
+        self._db = Reconnecting(dsn, purpose="heartbeat", stop=stop, prepare=prepare)
+        self._worker = worker
+        self._lease = timedelta(seconds=lease)
+        self._lease_s = lease
+        self._interval = interval
+        self._held = held
+        self._on_lost = on_lost
+        self._on_cancel = on_cancel
+        self._stop = stop
+        self._kick = threading.Event()
+        self._last_ok = time.monotonic()
+        self.beats = 0
+        self._thread = threading.Thread(target=self._loop, name="pgsched-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Beat now (e.g. right after a claim, so a cancel requested early is seen early)."""
+        self._kick.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        self._thread.join(timeout=2.0)
+        self._db.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._kick.wait(self._interval)
+            self._kick.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.beat()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                silent = time.monotonic() - self._last_ok
+                log.warning("heartbeat failed (%s); %.1fs since the last good one", exc, silent)
+                if silent > self._lease_s:
+                    for job_id, _token in self._held():
+                        self._on_lost(job_id)
+            except psycopg.Error:
+                log.exception("heartbeat failed")
+
+    def beat(self) -> None:
+        pairs = self._held()
+        started = time.monotonic()
+
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[int, bool, bool]]:
+            return conn.execute(
+                queries.HEARTBEAT,
+                ([p[0] for p in pairs], [p[1] for p in pairs], self._lease, self._worker),
+            ).fetchall()
+
+        rows = self._db.call(run)
+        self._last_ok = started
+        self.beats += 1
+        for job_id, held, cancel_requested in rows:
+            if not held:
+                self._on_lost(job_id)
+            elif cancel_requested:
+                self._on_cancel(job_id)

@@ -1,0 +1,134 @@
+"""Jobs as the worker sees them: the claimed row, the handler's context, and job states."""
+
+from __future__ import annotations
+
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pgsched.errors import JobCancelled, LeaseLost
+
+
+class JobState(StrEnum):
+    """The states of pgsched.job_state, in lifecycle order."""
+
+    SCHEDULED = "scheduled"
+    AVAILABLE = "available"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedJob:
+    """One row returned by pgsched.claim(): a job leased to this worker under lease_token."""
+
+    id: int
+    shard: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: int
+    idempotency_key: str | None
+    run_at: datetime
+    priority: int
+    tenant: str | None
+    created_at: datetime
+
+
+@dataclass(eq=False, kw_only=True)
+class JobContext:
+    """What a handler can know about the run it is doing, and how it learns to stop.
+
+    Ask for it by annotating a handler parameter with ``JobContext`` (or by
+    ``pgsched.current_job()``). ``lease_token`` is the fencing token: pass it
+    (with ``idempotency_key``) to outside systems so they can reject a stale
+    or repeated run.
+    """
+
+    job: ClaimedJob
+    worker: str
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def task(self) -> str:
+        return self.job.task
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.job.max_attempts
+
+    @property
+    def lease_token(self) -> int:
+        return self.job.lease_token
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.job.idempotency_key
+
+    @property
+    def scheduled_at(self) -> datetime:
+        """When this attempt was due (UTC, the database's clock)."""
+        return self.job.run_at
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.job.args
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once cancellation was requested, the lease was lost, or the worker is stopping for good."""
+        return self._cancel.is_set()
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once another run may own this job: whatever this run returns is discarded."""
+        return self._lease_lost.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise JobCancelled (or LeaseLost) when the handler should stop now."""
+        if self._lease_lost.is_set():
+            raise LeaseLost(f"job {self.id}: lease lost (token {self.lease_token} is stale)")
+        if self._cancel.is_set():
+            raise JobCancelled(f"job {self.id}: cancellation requested")
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; returns True early when cancellation arrives."""
+        return self._cancel.wait(seconds)
+
+    def _request_cancel(self) -> None:
+        self._cancel.set()
+
+    def _mark_lease_lost(self) -> None:
+        self._lease_lost.set()
+        self._cancel.set()
+
+
+_current: ContextVar[JobContext | None] = ContextVar("pgsched_current_job", default=None)
+
+
+def current_job() -> JobContext:
+    """The context of the job running in this thread or task; raises LookupError outside a handler."""
+    ctx = _current.get()
+    if ctx is None:
+        raise LookupError("no pgsched job is running here")
+    return ctx

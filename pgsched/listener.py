@@ -1,0 +1,120 @@
+"""LISTEN for wake-ups on a connection of its own: a hint that work is due, never the delivery."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import psycopg
+
+from pgsched.dbconn import KEEPALIVES
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "pgsched_jobs"
+
+
+class Listener:
+    """A thread that calls ``wake()`` when a NOTIFY names one of ``queues`` (or after reconnecting).
+
+    The connection runs nothing but LISTEN (psycopg's notifies() holds the
+    connection while it waits, so sharing it would stall queries). After each
+    (re)connect it checks that a notification actually comes back; when it
+    does not (a transaction-pooling PgBouncer in between), it says so once and
+    stops, leaving the worker to its poll interval. ``available`` tells which.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        queues: Iterable[str],
+        wake: Callable[[], None],
+        *,
+        stop: threading.Event,
+        channel: str = CHANNEL,
+        probe_timeout: float = 2.0,
+    ) -> None:
+        self._dsn = dsn
+        self._queues = frozenset(queues)
+        self._wake = wake
+        self._stop = stop
+        self._channel = channel
+        self._probe_timeout = probe_timeout
+        self.available: bool | None = None
+        self.connected = threading.Event()
+        self.reconnects = 0
+        self._conn: psycopg.Connection[object] | None = None
+        self._thread = threading.Thread(target=self._loop, name="pgsched-listener", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.cancel_safe(timeout=1.0)
+            except Exception:  # noqa: BLE001 - the connection may already be gone
+                pass
+        self._thread.join(timeout=2.0)
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **KEEPALIVES) as conn:
+                    self._conn = conn
+                    conn.execute(f"LISTEN {self._channel}")
+                    if self.available is None:
+                        self.available = self._probe(conn)
+                        if not self.available:
+                            log.warning(
+                                "LISTEN/NOTIFY does not work on this connection (a transaction-pooling "
+                                "PgBouncer?); the worker polls for work instead"
+                            )
+                            return
+                    self.connected.set()
+                    if failures:
+                        log.info("listener reconnected")
+                    failures = 0
+                    # Catch up on anything that arrived while we were not listening.
+                    self._wake()
+                    self._listen(conn)
+            except psycopg.Error as exc:
+                self.connected.clear()
+                if self._stop.is_set():
+                    return
+                failures += 1
+                self.reconnects += 1
+                delay = min(5.0, 0.1 * 2 ** min(failures, 6))
+                log.warning("listener connection lost (%s); reconnecting in %.1fs", exc, delay)
+                self._stop.wait(delay)
+            finally:
+                self._conn = None
+
+    def _listen(self, conn: psycopg.Connection[object]) -> None:
+        last_check = time.monotonic()
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=1.0):
+                if note.payload in self._queues or not note.payload:
+                    self._wake()
+            if time.monotonic() - last_check > 10.0:
+                # A silent half-open connection raises here instead of waiting forever.
+                conn.execute("SELECT 1")
+                last_check = time.monotonic()
+
+    def _probe(self, conn: psycopg.Connection[object]) -> bool:
+        probe = f"pgsched_probe_{os.getpid()}_{threading.get_ident() % 100000}"
+        conn.execute(f"LISTEN {probe}")
+        conn.execute("SELECT pg_notify(%s, 'probe')", [probe])
+        deadline = time.monotonic() + self._probe_timeout
+        ok = False
+        while time.monotonic() < deadline and not ok:
+            for note in conn.notifies(timeout=max(0.01, deadline - time.monotonic()), stop_after=1):
+                ok = note.channel == probe
+        conn.execute(f"UNLISTEN {probe}")
+        return ok

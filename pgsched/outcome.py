@@ -1,0 +1,68 @@
+"""What a finished run asks the database to do with its job."""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pgsched.errors import GiveUp, JobCancelled, LeaseLost, Retry, Snooze
+from pgsched.job import ClaimedJob
+
+log = logging.getLogger(__name__)
+
+
+class Kind(StrEnum):
+    COMPLETE = "complete"  # pgsched.complete()
+    FAIL = "fail"  # pgsched.fail(): retry with backoff, or dead when attempts are used up
+    RETRY_AT = "retry_at"  # pgsched.fail(retry_at => ...)
+    DEAD = "dead"  # pgsched.fail(final => true)
+    SNOOZE = "snooze"  # pgsched.snooze()
+    DISCARD = "discard"  # the lease is gone: write nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one run of one job."""
+
+    job: ClaimedJob
+    kind: Kind
+    result: str | None = None  # JSON text, for COMPLETE
+    error: str | None = None
+    at: datetime | None = None  # RETRY_AT / SNOOZE
+
+
+def success(job: ClaimedJob, value: Any) -> Outcome:
+    """A handler returned value: store it as the job's result when JSON can carry it."""
+    if value is None:
+        return Outcome(job, Kind.COMPLETE)
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        log.warning(
+            "job %s: result is not JSON-serializable (%s); storing none", job.id, exc,
+            extra={"job_id": job.id, "task": job.task},
+        )
+        return Outcome(job, Kind.COMPLETE)
+    return Outcome(job, Kind.COMPLETE, result=text)
+
+
+def from_exception(job: ClaimedJob, exc: BaseException, now: datetime) -> Outcome:
+    """Map what a handler raised to the transition it asks for."""
+    if isinstance(exc, LeaseLost):
+        return Outcome(job, Kind.DISCARD, error=str(exc))
+    if isinstance(exc, Retry):
+        return Outcome(job, Kind.RETRY_AT, error=exc.reason, at=now + exc.delay)
+    if isinstance(exc, Snooze):
+        return Outcome(job, Kind.SNOOZE, at=now + exc.delay)
+    if isinstance(exc, GiveUp):
+        return Outcome(job, Kind.DEAD, error=f"gave up: {exc}")
+    if isinstance(exc, JobCancelled):
+        # The database turns a failure of a cancel-requested job into 'cancelled'.
+        return Outcome(job, Kind.FAIL, error=f"cancelled: {exc}")
+    text = "".join(traceback.format_exception(exc)).strip()
+    return Outcome(job, Kind.FAIL, error=text[-20000:])

@@ -1,0 +1,36 @@
+"""The SQL statements the Python side sends, loaded once from queries.sql."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final, LiteralString, cast
+
+
+def _load() -> dict[str, LiteralString]:
+    text = (Path(__file__).with_name("queries.sql")).read_text()
+    found: dict[str, LiteralString] = {}
+    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
+        name, _, body = block.partition("\n")
+        lines = [line for line in body.splitlines() if line.strip() and not line.startswith("--")]
+        found[name.strip()] = cast(LiteralString, "\n".join(lines).rstrip(";"))
+    return found
+
+
+QUERIES: Final = _load()
+ENQUEUE: Final = QUERIES["enqueue"]
+ENQUEUE_MANY: Final = QUERIES["enqueue_many"]
+CLAIM: Final = QUERIES["claim"]
+HEARTBEAT: Final = QUERIES["heartbeat"]
+COMPLETE: Final = QUERIES["complete"]
+FAIL: Final = QUERIES["fail"]
+SNOOZE: Final = QUERIES["snooze"]
+RELEASE: Final = QUERIES["release"]
+CANCEL: Final = QUERIES["cancel"]
+RETRY: Final = QUERIES["retry"]
+PROMOTE_DUE: Final = QUERIES["promote_due"]
+EXPIRE_LEASES: Final = QUERIES["expire_leases"]
+MAINTAIN: Final = QUERIES["maintain"]
+REGISTER_TASKS: Final = QUERIES["register_tasks"]
+REGISTER_WORKER: Final = QUERIES["register_worker"]
+UNREGISTER_WORKER: Final = QUERIES["unregister_worker"]

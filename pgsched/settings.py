@@ -1,0 +1,33 @@
+"""Where the database is: an explicit DSN, PGSCHED_DSN, DATABASE_URL, else the embedded server."""
+
+from __future__ import annotations
+
+import os
+
+from pgsched.errors import ConfigurationError
+
+
+def configured_dsn() -> str | None:
+    """The DSN from the environment (PGSCHED_DSN, then DATABASE_URL), or None."""
+    for name in ("PGSCHED_DSN", "DATABASE_URL"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def resolve_dsn(dsn: str | None = None, *, embedded: bool = True, migrate: bool = True) -> str:
+    """Return the DSN to use, starting (and migrating) the embedded server when nothing is configured."""
+    chosen = dsn or configured_dsn()
+    if chosen:
+        return chosen
+    if not embedded or os.environ.get("PGSCHED_NO_EMBEDDED"):
+        raise ConfigurationError("no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL")
+    from pgsched.embedded import EmbeddedServer
+
+    url = EmbeddedServer().start()
+    if migrate:
+        from pgsched.schema import ensure_installed
+
+        ensure_installed(url)
+    return url

@@ -1,0 +1,194 @@
+"""Tasks: registered handlers, how their arguments become a job's JSON args, and enqueueing them."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from pgsched.job import JobContext
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgsched.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """A job to enqueue: task name, JSON args and options (None means the task's or the database's default)."""
+
+    task: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    priority: int | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+    labels: Sequence[str] = ()
+    tenant: str | None = None
+
+    def due_at(self) -> datetime | None:
+        """run_at, or now + delay (server time is used when both are None)."""
+        if self.run_at is not None:
+            return self.run_at
+        if self.delay is not None:
+            from datetime import UTC
+
+            return datetime.now(UTC) + self.delay
+        return None
+
+    def args_json(self) -> str:
+        """The args as JSON text; raises TypeError for values JSON cannot carry."""
+        try:
+            return json.dumps(self.args, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
+
+
+_OPTION_NAMES = frozenset(
+    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant"}
+)
+
+
+class Task(Generic[P, R]):
+    """A function registered with an App under a stable name.
+
+    Calling the task calls the function. ``enqueue(...)`` takes the function's
+    own arguments (plus ``conn=``) and stores them as a JSON object keyed by
+    parameter name; ``using(...)`` sets per-job options.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        priority: int = 0,
+        retry_backoff: float | None = None,
+        retry_backoff_max: float | None = None,
+        retry_jitter: float | None = None,
+        labels: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.priority = priority
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+        self.retry_jitter = retry_jitter
+        self.labels = tuple(labels)
+        self.timeout = timeout
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self.context_param = _context_parameter(self.signature)
+        if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in self.signature.parameters.values()):
+            raise TypeError(f"task {name!r}: *args cannot be stored as a JSON object; use named parameters")
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.queue!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def bind_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Map call arguments to the JSON object stored in the job (parameter name -> value)."""
+        params = {
+            name: p for name, p in self.signature.parameters.items() if name != self.context_param
+        }
+        sig = self.signature.replace(parameters=list(params.values()))
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.name!r}: {exc}") from exc
+        out: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if params[name].kind is inspect.Parameter.VAR_KEYWORD:
+                out.update(value)
+            else:
+                out[name] = value
+        return out
+
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """A JobSpec for this call, for App.enqueue_many()."""
+        return JobSpec(
+            task=self.name,
+            args=self.bind_args(args, kwargs),
+            queue=self.queue,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            labels=self.labels,
+        )
+
+    def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> int:
+        """Enqueue a run with these arguments; returns the job id.
+
+        With ``conn``, the job is written in that connection's current
+        transaction and rolls back with it. Without, it commits at once.
+        """
+        return self.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
+
+    def using(self, **options: Any) -> BoundTask:
+        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant."""
+        unknown = set(options) - _OPTION_NAMES
+        if unknown:
+            raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+        return BoundTask(self, options)
+
+    def policy(self) -> dict[str, Any]:
+        """This task's retry policy as pgsched.register_tasks() takes it."""
+        return {
+            "name": self.name,
+            "queue": self.queue,
+            "max_attempts": self.max_attempts,
+            "backoff_base": self.retry_backoff,
+            "backoff_max": self.retry_backoff_max,
+            "backoff_jitter": self.retry_jitter,
+        }
+
+    def call_handler(self, ctx: JobContext) -> Any:
+        """Invoke the function with the job's args (and the context, if it asks for one)."""
+        kwargs = dict(ctx.args)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        return self.fn(**kwargs)  # type: ignore[call-arg]
+
+
+class BoundTask:
+    """A task with per-job options set, from Task.using()."""
+
+    def __init__(self, task: Task[Any, Any], options: Mapping[str, Any]) -> None:
+        self.task = task
+        self.options = dict(options)
+
+    def job(self, *args: Any, **kwargs: Any) -> JobSpec:
+        return replace(self.task.job(*args, **kwargs), **self.options)
+
+    def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> int:
+        return self.task.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
+
+
+def _context_parameter(sig: inspect.Signature) -> str | None:
+    for name, param in sig.parameters.items():
+        annotation = param.annotation
+        if annotation is JobContext or annotation == "JobContext" or (
+            isinstance(annotation, str) and annotation.endswith(".JobContext")
+        ):
+            return name
+    return None

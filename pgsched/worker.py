@@ -1,0 +1,399 @@
+"""The worker: claims due jobs in batches sized to free slots, runs them, and writes outcomes back fenced.
+
+Threads, each with its own connection: the claim loop (this module), the
+handler pool (executor.py), the completer, the heartbeater and the listener.
+No transaction is held open while a handler runs: the claim commits, the
+handler runs, the completion is a separate short statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from pgsched import queries
+from pgsched.app import App
+from pgsched.completer import Completer
+from pgsched.dbconn import Reconnecting
+from pgsched.errors import ConfigurationError
+from pgsched.executor import Executor
+from pgsched.heartbeater import Heartbeater
+from pgsched.job import ClaimedJob, JobContext
+from pgsched.listener import Listener
+from pgsched.outcome import Kind, Outcome
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+
+
+@dataclass(kw_only=True)
+class WorkerOptions:
+    """How a worker runs. Durations are seconds."""
+
+    queues: Sequence[str] = ("default",)
+    concurrency: int = 10
+    prefetch: int | None = None  # jobs leased beyond concurrency, waiting for a slot (default: concurrency)
+    lease: float = 30.0
+    heartbeat_interval: float | None = None  # default: lease / 3
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 30.0
+    burst: bool = False
+    name: str | None = None
+    labels: Sequence[str] = ()
+    listen: bool = True
+    housekeeping: bool = True  # promote due jobs and expire dead leases (also without a scanner)
+    prepare: bool = True  # server-side prepared statements (off behind PgBouncer < 1.21)
+    install_signal_handlers: bool = True
+    completion_batch: int = 1000
+    completion_flush_interval: float = 0.002
+    max_claim: int = 1000
+    check_schema: bool = True
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.queues:
+            raise ConfigurationError("a worker needs at least one queue")
+        if self.concurrency < 1:
+            raise ConfigurationError("concurrency must be at least 1")
+        if self.lease < 1:
+            raise ConfigurationError("the lease must be at least 1 second")
+        if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease:
+            raise ConfigurationError("the heartbeat interval must be shorter than the lease")
+        if self.poll_interval <= 0:
+            raise ConfigurationError("the poll interval must be positive")
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{random.randrange(16**4):04x}"
+
+
+class Worker:
+    """Runs an App's tasks from its queues until stopped (SIGTERM/SIGINT, stop(), or --burst running dry)."""
+
+    def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
+        self.app = app
+        self.options = options or WorkerOptions()
+        self.options.validate()
+        self.name = self.options.name or default_worker_name()
+        self.capacity = self.options.concurrency + (
+            self.options.concurrency if self.options.prefetch is None else max(0, self.options.prefetch)
+        )
+        self._threshold = max(1, min(self.capacity // 2, self.options.concurrency))
+        self._held: dict[int, JobContext] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()  # stop claiming
+        self._giving_up = threading.Event()  # stop retrying connections
+        self._forced = False
+        self._shard_cursor = random.randrange(1024)
+        self.counts = {"claimed": 0, "completed": 0, "failed": 0, "dead": 0, "lost": 0, "cancelled": 0}
+        self._executor = Executor(self.options.concurrency, self.app.tasks.get, self._on_done)
+        self._completer: Completer | None = None
+        self._heartbeater: Heartbeater | None = None
+        self._listener: Listener | None = None
+        self._claim_db: Reconnecting | None = None
+        self._next_housekeeping = 0.0
+        self._next_expiry = 0.0
+        self._next_maintain = 0.0
+
+    # -- lifecycle -------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming and shut down gracefully (what SIGTERM does)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stopping.is_set():
+            log.warning("second %s: handing back running jobs and exiting now", signal.Signals(signum).name)
+            self._forced = True
+        else:
+            log.info(
+                "%s: no new claims; waiting up to %.0fs for %d running jobs",
+                signal.Signals(signum).name, self.options.shutdown_timeout, len(self._held),
+            )
+        self.stop()
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code (0 on a clean stop)."""
+        dsn = self.app.dsn
+        opts = self.options
+        if opts.install_signal_handlers and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        self._claim_db = Reconnecting(dsn, purpose=f"worker {self.name}", stop=self._stopping, prepare=opts.prepare)
+        self._startup(self._claim_db.get())
+        self._completer = Completer(
+            dsn,
+            stop=self._giving_up,
+            on_written=self._on_written,
+            prepare=opts.prepare,
+            max_batch=opts.completion_batch,
+            flush_interval=opts.completion_flush_interval,
+        )
+        self._heartbeater = Heartbeater(
+            dsn,
+            worker=self.name,
+            lease=opts.lease,
+            interval=opts.heartbeat_interval or opts.lease / 3,
+            held=self._lease_pairs,
+            on_lost=self._on_lease_lost,
+            on_cancel=self._on_cancel_requested,
+            stop=threading.Event(),
+            prepare=opts.prepare,
+        )
+        if opts.listen:
+            self._listener = Listener(dsn, opts.queues, self._wake.set, stop=threading.Event())
+            self._listener.start()
+        self._executor.start()
+        self._completer.start()
+        self._heartbeater.start()
+        log.info(
+            "worker %s started: queues=%s concurrency=%d lease=%.0fs",
+            self.name, ",".join(opts.queues), opts.concurrency, opts.lease,
+        )
+        try:
+            self._claim_loop()
+        finally:
+            self._shutdown()
+        return 0
+
+    def _startup(self, conn: psycopg.Connection[Any]) -> None:
+        import json
+
+        if self.options.check_schema:
+            from pgsched.schema import check_compatible
+
+            check_compatible(conn)
+        if self.app.tasks:
+            conn.execute(queries.REGISTER_TASKS, [json.dumps([t.policy() for t in self.app.tasks.values()])])
+        conn.execute(
+            queries.REGISTER_WORKER,
+            (
+                self.name, socket.gethostname(), os.getpid(), list(self.options.queues),
+                list(self.options.labels), self.options.concurrency, VERSION,
+            ),
+        )
+
+    # -- claiming --------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        opts = self.options
+        assert self._claim_db is not None
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                self._housekeeping()
+                free = self.capacity - len(self._held)
+                claimed = 0
+                if free >= self._threshold or (free > 0 and not self._held):
+                    claimed = self._claim(min(free, opts.max_claim))
+                    if claimed == min(free, opts.max_claim):
+                        continue  # there is more: claim again as soon as slots free up
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                log.warning("claim failed (%s); reconnecting", exc)
+                self._stopping.wait(0.5)
+                continue
+            if opts.burst and claimed == 0 and not self._held and self._drained():
+                log.info("no due work left: stopping (--burst)")
+                break
+            self._wake.wait(opts.poll_interval)
+
+    def _claim(self, n: int) -> int:
+        assert self._claim_db is not None
+        self._shard_cursor += 1
+        opts = self.options
+
+        def run(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
+            with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+                return cur.execute(
+                    queries.CLAIM,
+                    (
+                        self.name, list(opts.queues), n, timedelta(seconds=opts.lease),
+                        list(opts.labels), self._shard_cursor,
+                    ),
+                ).fetchall()
+
+        jobs = self._claim_db.call(run)
+        if not jobs:
+            return 0
+        contexts = [JobContext(job=job, worker=self.name) for job in jobs]
+        with self._lock:
+            for ctx in contexts:
+                self._held[ctx.id] = ctx
+        self.counts["claimed"] += len(jobs)
+        for ctx in contexts:
+            self._executor.submit(ctx)
+        return len(jobs)
+
+    def _drained(self) -> bool:
+        """For --burst: promote what is due and check that nothing is claimable right now."""
+        assert self._claim_db is not None
+        conn = self._claim_db.get()
+        conn.execute(queries.PROMOTE_DUE)
+        return self._claim(min(self.capacity, self.options.max_claim)) == 0
+
+    def _housekeeping(self) -> None:
+        """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
+        if not self.options.housekeeping:
+            return
+        now = time.monotonic()
+        if now < self._next_housekeeping:
+            return
+        assert self._claim_db is not None
+        conn = self._claim_db.get()
+        self._next_housekeeping = now + self.options.poll_interval
+        conn.execute(queries.PROMOTE_DUE)
+        if now >= self._next_expiry:
+            self._next_expiry = now + max(1.0, self.options.lease / 4)
+            expired = conn.execute(queries.EXPIRE_LEASES).fetchone()
+            if expired and expired[0]:
+                log.info("expired %d leases of dead or stalled workers", expired[0])
+        if now >= self._next_maintain:
+            self._next_maintain = now + 3600
+            conn.execute(queries.MAINTAIN)
+
+    # -- callbacks from other threads -------------------------------------
+
+    def _on_done(self, ctx: JobContext, outcome: Outcome) -> None:
+        if ctx.lease_lost and outcome.kind is not Kind.DISCARD:
+            log.warning(
+                "job %s finished after its lease was lost; result discarded (token %s is stale)",
+                ctx.id, ctx.lease_token, extra={"job_id": ctx.id, "task": ctx.task},
+            )
+            outcome = Outcome(ctx.job, Kind.DISCARD)
+        if outcome.kind is Kind.DISCARD:
+            self.counts["lost"] += 1
+        else:
+            assert self._completer is not None
+            self._completer.submit(outcome)
+        with self._lock:
+            self._held.pop(ctx.id, None)
+            free = self.capacity - len(self._held)
+        if free >= self._threshold:
+            self._wake.set()
+
+    def _on_written(self, outcome: Outcome, state: str) -> None:
+        job = outcome.job
+        extra = {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
+        if state == "completed":
+            self.counts["completed"] += 1
+        elif state == "lease_lost":
+            self.counts["lost"] += 1
+            log.warning(
+                "job %s: outcome %s rejected, the lease had moved on (stale token %s)",
+                job.id, outcome.kind, job.lease_token, extra=extra,
+            )
+        elif state == "dead":
+            self.counts["dead"] += 1
+            log.error("job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
+                      _first_line(outcome.error), extra=extra)
+        elif state == "cancelled":
+            self.counts["cancelled"] += 1
+            log.info("job %s cancelled", job.id, extra=extra)
+        else:
+            self.counts["failed"] += 1
+            log.warning("job %s (%s) failed attempt %s, will retry (%s): %s", job.id, job.task, job.attempt,
+                        state, _first_line(outcome.error), extra=extra)
+
+    def _lease_pairs(self) -> list[tuple[int, int]]:
+        with self._lock:
+            pairs = [(ctx.id, ctx.lease_token) for ctx in self._held.values()]
+        if self._completer is not None:
+            pairs += self._completer.pending_jobs()
+        return pairs
+
+    def _on_lease_lost(self, job_id: int) -> None:
+        with self._lock:
+            ctx = self._held.get(job_id)
+        if ctx is not None and not ctx.lease_lost:
+            log.warning("job %s: lease lost; telling its handler to stop", job_id, extra={"job_id": job_id})
+            ctx._mark_lease_lost()
+            self._executor.cancel_async(job_id)
+
+    def _on_cancel_requested(self, job_id: int) -> None:
+        with self._lock:
+            ctx = self._held.get(job_id)
+        if ctx is not None and not ctx.cancel_requested:
+            log.info("job %s: cancellation requested", job_id, extra={"job_id": job_id})
+            ctx._request_cancel()
+            self._executor.cancel_async(job_id)
+
+    # -- shutdown --------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        opts = self.options
+        self._stopping.set()
+        unstarted = self._executor.take_unstarted()
+        for ctx in unstarted:
+            with self._lock:
+                self._held.pop(ctx.id, None)
+        self._release(unstarted, "not started")
+
+        deadline = time.monotonic() + (0 if self._forced else opts.shutdown_timeout)
+        while self._held and time.monotonic() < deadline and not self._forced:
+            time.sleep(0.02)
+        if self._held:
+            # Ask the handlers to stop, give them a moment, then hand the jobs back.
+            with self._lock:
+                running = list(self._held.values())
+            for ctx in running:
+                ctx._request_cancel()
+                self._executor.cancel_async(ctx.id)
+            grace = time.monotonic() + (0 if self._forced else min(2.0, max(0.2, opts.shutdown_timeout / 10)))
+            while self._held and time.monotonic() < grace:
+                time.sleep(0.02)
+            with self._lock:
+                left = list(self._held.values())
+                self._held.clear()
+            for ctx in left:
+                ctx._mark_lease_lost()  # whatever they return now is discarded
+            self._release(left, "still running at the shutdown timeout")
+
+        if self._completer is not None and not self._completer.close(timeout=10.0):
+            log.error("some outcomes could not be written; those jobs will run again after their lease")
+        if self._heartbeater is not None:
+            self._heartbeater.close()
+        if self._listener is not None:
+            self._listener.close()
+        self._executor.shutdown()
+        self._giving_up.set()
+        if self._claim_db is not None:
+            try:
+                self._claim_db.call(lambda c: c.execute(queries.UNREGISTER_WORKER, (self.name,)))
+            except psycopg.Error as exc:
+                log.warning("could not unregister worker %s: %s", self.name, exc)
+            self._claim_db.close()
+        log.info("worker %s stopped: %s", self.name, self.counts)
+
+    def _release(self, contexts: list[JobContext], why: str) -> None:
+        if not contexts or self._claim_db is None:
+            return
+        ids = [c.id for c in contexts]
+        tokens = [c.lease_token for c in contexts]
+        try:
+            rows = self._claim_db.call(lambda c: c.execute(queries.RELEASE, (ids, tokens)).fetchall())
+            log.info("handed back %d jobs (%s): %s", len(rows), why, dict(rows) if len(rows) <= 20 else "...")
+        except psycopg.Error as exc:
+            log.error("could not hand back %d jobs (%s): %s; their leases will expire", len(ids), why, exc)
+
+
+def _first_line(text: str | None) -> str:
+    if not text:
+        return ""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
