@@ -1,0 +1,57 @@
+# pgsched developer tasks. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create the virtualenv (.venv) with pgsched and the test tools
+
+demo: $(STAMP) ## Start the embedded PostgreSQL and run a real workload end to end
+	$(BIN)/pgsched demo
+
+test: $(STAMP) ## Run the test suite (real PostgreSQL; $$PGSCHED_TEST_DSN or the embedded server)
+	$(BIN)/pytest -m "not chaos" $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## Run the tests that need no database
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+chaos: $(STAMP) ## Run the fault-injection scenarios (several minutes)
+	$(BIN)/pytest -m chaos tests/chaos -s $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff (check + format) and mypy --strict
+	$(BIN)/ruff check pgsched tests bench migrations
+	$(BIN)/ruff format --check pgsched tests bench migrations
+	$(BIN)/mypy --strict pgsched
+
+fmt: $(STAMP) ## Format the code
+	$(BIN)/ruff format pgsched tests bench migrations
+	$(BIN)/ruff check --fix pgsched tests bench migrations
+
+bench: $(STAMP) ## Benchmark pgsched against its peers (sets up its own server and venv)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+db-up: $(STAMP) ## Start the embedded PostgreSQL and print its DSN
+	$(BIN)/pgsched db start
+
+db-down: $(STAMP) ## Stop the embedded PostgreSQL
+	$(BIN)/pgsched db stop
+
+migration: $(STAMP) ## Freeze sql/ changes into a new revision: make migration m="what changed"
+	$(BIN)/python migrations/new_revision.py "$(m)"
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
+
+.PHONY: help install demo test test-unit chaos lint fmt bench db-up db-down migration clean

@@ -1,0 +1,5 @@
+"""`python -m pgsched` runs the command line."""
+
+from pgsched.cli import run
+
+run()

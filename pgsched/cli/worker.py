@@ -1,0 +1,74 @@
+"""`pgsched worker`: run tasks from queues."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pgsched.cli.common import handle_errors, state
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@click.command()
+@click.option("--app", "app_ref", required=True, envvar="PGSCHED_APP",
+              help="Where your tasks are registered: MODULE:ATTRIBUTE of a pgsched.App.")
+@click.option("--queues", "-q", default="default", show_default=True, help="Comma-separated queues to serve.")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 10000), default=10, show_default=True,
+              help="Jobs run at once (threads for sync handlers; async handlers share the same slots).")
+@click.option("--prefetch", type=click.IntRange(0, 100000), default=None,
+              help="Jobs leased ahead of free slots [default: = concurrency].")
+@click.option("--lease", type=click.FloatRange(1, None), default=30.0, show_default=True,
+              help="Lease length in seconds; heartbeats renew it every lease/3.")
+@click.option("--poll-interval", type=click.FloatRange(0.01, None), default=1.0, show_default=True,
+              help="Seconds between polls when no NOTIFY arrives.")
+@click.option("--shutdown-timeout", type=click.FloatRange(0, None), default=30.0, show_default=True,
+              help="On SIGTERM/SIGINT: seconds to let running jobs finish before handing them back.")
+@click.option("--labels", default="", help="Comma-separated labels this worker offers (jobs may require labels).")
+@click.option("--name", default=None, help="Worker name [default: host:pid:random].")
+@click.option("--burst", is_flag=True, help="Exit 0 once no due work is left.")
+@click.option("--no-listen", is_flag=True, help="Do not LISTEN (e.g. behind PgBouncer transaction pooling); poll.")
+@click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
+@click.option("--no-housekeeping", is_flag=True,
+              help="Leave promoting due jobs and expiring dead leases to scanners.")
+@click.pass_context
+@handle_errors
+def worker(
+    ctx: click.Context, app_ref: str, queues: str, concurrency: int, prefetch: int | None, lease: float,
+    poll_interval: float, shutdown_timeout: float, labels: str, name: str | None, burst: bool,
+    no_listen: bool, no_prepare: bool, no_housekeeping: bool,
+) -> None:
+    """Run a worker: claim due jobs of QUEUES and run their handlers.
+
+    \b
+    Signals: SIGTERM or SIGINT stops claiming, lets running jobs finish for
+    --shutdown-timeout seconds, then asks the rest to stop and hands them
+    back to the queue. A second signal hands everything back at once.
+    """
+    from pgsched.loader import load_app
+    from pgsched.worker import Worker, WorkerOptions
+
+    app = load_app(app_ref)
+    app.configure(state(ctx).resolve())
+    options = WorkerOptions(
+        queues=_split(queues),
+        concurrency=concurrency,
+        prefetch=prefetch,
+        lease=lease,
+        poll_interval=poll_interval,
+        shutdown_timeout=shutdown_timeout,
+        labels=_split(labels),
+        name=name,
+        burst=burst,
+        listen=not no_listen,
+        prepare=not no_prepare,
+        housekeeping=not no_housekeeping,
+    )
+    sys.exit(Worker(app, options).run())
+
+
+def register(group: click.Group) -> None:
+    group.add_command(worker)
