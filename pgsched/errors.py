@@ -86,7 +86,7 @@ class JobCancelled(PgschedError):
     """Cancellation of the running job was requested."""
 
 
-class Retry(Exception):  # noqa: N818 - a control-flow signal, not an error name
+class Retry(Exception):
     """Raise from a handler to retry the job after ``delay`` (this attempt counts)."""
 
     def __init__(self, delay: timedelta | float = 0.0, reason: str = "retry requested") -> None:
@@ -95,7 +95,7 @@ class Retry(Exception):  # noqa: N818 - a control-flow signal, not an error name
         self.reason = reason
 
 
-class Snooze(Exception):  # noqa: N818 - a control-flow signal, not an error name
+class Snooze(Exception):
     """Raise from a handler to run the job again after ``delay`` without counting a failure."""
 
     def __init__(self, delay: timedelta | float) -> None:
@@ -103,7 +103,7 @@ class Snooze(Exception):  # noqa: N818 - a control-flow signal, not an error nam
         self.delay = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
 
 
-class GiveUp(Exception):  # noqa: N818 - a control-flow signal, not an error name
+class GiveUp(Exception):
     """Raise from a handler to fail the job for good (it goes to the dead letters)."""
 
 
@@ -118,8 +118,8 @@ def from_psycopg(exc: psycopg.Error) -> PgschedError:
     message = diag.message_primary or str(exc)
     if diag.message_detail:
         message = f"{message} ({diag.message_detail})"
-    if isinstance(exc, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedTable) or (
-        isinstance(exc, psycopg.errors.InvalidSchemaName)
+    if isinstance(
+        exc, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName
     ):
         return SchemaError(
             f"{message}. Is pgsched installed here? Run `pgsched migrate`.",

@@ -58,7 +58,7 @@ class Listener:
         if conn is not None:
             try:
                 conn.cancel_safe(timeout=1.0)
-            except Exception:  # noqa: BLE001 - the connection may already be gone
+            except Exception:
                 pass
         self._thread.join(timeout=2.0)
 
@@ -66,7 +66,7 @@ class Listener:
         failures = 0
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **KEEPALIVES) as conn:
+                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **KEEPALIVES) as conn:  # type: ignore[arg-type]
                     self._conn = conn
                     conn.execute(f"LISTEN {self._channel}")
                     if self.available is None:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Final, LiteralString, cast
+from typing import Final, LiteralString
 
 
 def _load() -> dict[str, LiteralString]:
-    text = (Path(__file__).with_name("queries.sql")).read_text()
+    text: str = Path(__file__).with_name("queries.sql").read_text()
     found: dict[str, LiteralString] = {}
     for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
         name, _, body = block.partition("\n")
         lines = [line for line in body.splitlines() if line.strip() and not line.startswith("--")]
-        found[name.strip()] = cast(LiteralString, "\n".join(lines).rstrip(";"))
+        query: str = "\n".join(lines).rstrip(";")
+        found[name.strip()] = query
     return found
 
 

@@ -5,8 +5,10 @@
 SELECT pgsched.enqueue(%s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: enqueue_many
-SELECT job_id FROM pgsched.enqueue_many(%s::text[], %s::jsonb[], %s::text[], %s::timestamptz[],
-                                        %s::integer[], %s::text[], %s::integer[], %s::text[]);
+-- The args travel as one JSON array (one document to encode, not one per job).
+SELECT job_id FROM pgsched.enqueue_many(%s::text[], ARRAY(SELECT pg_catalog.jsonb_array_elements(%s::jsonb)),
+                                        %s::text[], %s::timestamptz[], %s::integer[], %s::text[],
+                                        %s::integer[], %s::text[]);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,

@@ -6,10 +6,15 @@ import logging
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from pgsched.errors import ConfigurationError, SchemaError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,7 @@ def install_script(shards: int = DEFAULT_SHARDS) -> str:
     return "\n".join(parts)
 
 
-def install_fresh(conn: psycopg.Connection[object], shards: int = DEFAULT_SHARDS) -> None:
+def install_fresh(conn: psycopg.Connection[Any], shards: int = DEFAULT_SHARDS) -> None:
     """Create the pgsched schema from sql/ in one transaction (no alembic bookkeeping)."""
     _check_shards(shards)
     with conn.transaction():
@@ -63,18 +68,18 @@ def _check_shards(shards: int) -> None:
         raise ConfigurationError(f"shards must be between 1 and 256, not {shards}")
 
 
-def current_revision(conn: psycopg.Connection[object]) -> str | None:
+def current_revision(conn: psycopg.Connection[Any]) -> str | None:
     """The alembic revision of this database's pgsched schema, or None when it is not installed."""
-    row = conn.execute("SELECT pg_catalog.to_regclass('pgsched.alembic_version') IS NOT NULL").fetchone()
-    if not row or not row[0]:
-        return None
-    found = conn.execute("SELECT version_num FROM pgsched.alembic_version").fetchone()
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute("SELECT pg_catalog.to_regclass('pgsched.alembic_version') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return None
+        found = cur.execute("SELECT version_num FROM pgsched.alembic_version").fetchone()
     return str(found[0]) if found else None
 
 
 def head_revision() -> str:
     """The newest revision shipped with this version of pgsched."""
-    from alembic.config import Config
     from alembic.script import ScriptDirectory
 
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
@@ -83,7 +88,7 @@ def head_revision() -> str:
     return head
 
 
-def _alembic_config(dsn: str | None = None, shards: int | None = None) -> "Config":  # noqa: UP037
+def _alembic_config(dsn: str | None = None, shards: int | None = None) -> Config:
     from alembic.config import Config
 
     config = Config()
@@ -125,7 +130,7 @@ def ensure_installed(dsn: str) -> None:
         migrate(dsn)
 
 
-def check_compatible(conn: psycopg.Connection[object]) -> str:
+def check_compatible(conn: psycopg.Connection[Any]) -> str:
     """Raise SchemaError unless the database holds the schema this code expects; returns the revision."""
     current = current_revision(conn)
     if current is None:
@@ -133,7 +138,6 @@ def check_compatible(conn: psycopg.Connection[object]) -> str:
     head = head_revision()
     if current != head:
         raise SchemaError(
-            f"the database's pgsched schema is at revision {current}, this code expects {head}: "
-            "run `pgsched migrate`"
+            f"the database's pgsched schema is at revision {current}, this code expects {head}: run `pgsched migrate`"
         )
     return current

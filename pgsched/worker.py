@@ -124,7 +124,9 @@ class Worker:
         else:
             log.info(
                 "%s: no new claims; waiting up to %.0fs for %d running jobs",
-                signal.Signals(signum).name, self.options.shutdown_timeout, len(self._held),
+                signal.Signals(signum).name,
+                self.options.shutdown_timeout,
+                len(self._held),
             )
         self.stop()
 
@@ -164,7 +166,10 @@ class Worker:
         self._heartbeater.start()
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%.0fs",
-            self.name, ",".join(opts.queues), opts.concurrency, opts.lease,
+            self.name,
+            ",".join(opts.queues),
+            opts.concurrency,
+            opts.lease,
         )
         try:
             self._claim_loop()
@@ -181,11 +186,18 @@ class Worker:
             check_compatible(conn)
         if self.app.tasks:
             conn.execute(queries.REGISTER_TASKS, [json.dumps([t.policy() for t in self.app.tasks.values()])])
+        if self.app.schedules:
+            self.app.sync_schedules(conn)
         conn.execute(
             queries.REGISTER_WORKER,
             (
-                self.name, socket.gethostname(), os.getpid(), list(self.options.queues),
-                list(self.options.labels), self.options.concurrency, VERSION,
+                self.name,
+                socket.gethostname(),
+                os.getpid(),
+                list(self.options.queues),
+                list(self.options.labels),
+                self.options.concurrency,
+                VERSION,
             ),
         )
 
@@ -223,8 +235,12 @@ class Worker:
                 return cur.execute(
                     queries.CLAIM,
                     (
-                        self.name, list(opts.queues), n, timedelta(seconds=opts.lease),
-                        list(opts.labels), self._shard_cursor,
+                        self.name,
+                        list(opts.queues),
+                        n,
+                        timedelta(seconds=opts.lease),
+                        list(opts.labels),
+                        self._shard_cursor,
                     ),
                 ).fetchall()
 
@@ -273,7 +289,9 @@ class Worker:
         if ctx.lease_lost and outcome.kind is not Kind.DISCARD:
             log.warning(
                 "job %s finished after its lease was lost; result discarded (token %s is stale)",
-                ctx.id, ctx.lease_token, extra={"job_id": ctx.id, "task": ctx.task},
+                ctx.id,
+                ctx.lease_token,
+                extra={"job_id": ctx.id, "task": ctx.task},
             )
             outcome = Outcome(ctx.job, Kind.DISCARD)
         if outcome.kind is Kind.DISCARD:
@@ -296,19 +314,35 @@ class Worker:
             self.counts["lost"] += 1
             log.warning(
                 "job %s: outcome %s rejected, the lease had moved on (stale token %s)",
-                job.id, outcome.kind, job.lease_token, extra=extra,
+                job.id,
+                outcome.kind,
+                job.lease_token,
+                extra=extra,
             )
         elif state == "dead":
             self.counts["dead"] += 1
-            log.error("job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
-                      _first_line(outcome.error), extra=extra)
+            log.error(
+                "job %s (%s) is dead after attempt %s: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                _first_line(outcome.error),
+                extra=extra,
+            )
         elif state == "cancelled":
             self.counts["cancelled"] += 1
             log.info("job %s cancelled", job.id, extra=extra)
         else:
             self.counts["failed"] += 1
-            log.warning("job %s (%s) failed attempt %s, will retry (%s): %s", job.id, job.task, job.attempt,
-                        state, _first_line(outcome.error), extra=extra)
+            log.warning(
+                "job %s (%s) failed attempt %s, will retry (%s): %s",
+                job.id,
+                job.task,
+                job.attempt,
+                state,
+                _first_line(outcome.error),
+                extra=extra,
+            )
 
     def _lease_pairs(self) -> list[tuple[int, int]]:
         with self._lock:

@@ -28,6 +28,7 @@ CREATE TABLE pgsched.jobs (
     tenant              text,
     last_error          text,
     created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    schedule            text,             -- the recurring schedule this occurrence belongs to
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$'),
     CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
@@ -71,6 +72,7 @@ CREATE TABLE pgsched.job_history (
     finished_at         timestamptz       NOT NULL,
     result              jsonb,
     error               text,
+    schedule            text,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS

@@ -81,3 +81,21 @@ SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w
 FROM pgsched.workers w
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
+
+-- schedule_status: each schedule with its next occurrence, its last finished
+-- run, and why it cannot fire when it cannot.
+CREATE VIEW pgsched.schedule_status AS
+SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.enabled, s.concurrency, s.misfire_policy,
+       s.gap_policy, s.overlap_policy, s.expanded_until, s.version, s.last_error,
+       (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j
+        WHERE j.schedule = s.name AND j.state = 'scheduled') AS next_fire_at,
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.schedule = s.name AND j.state IN ('available', 'running')) AS in_flight,
+       last.finished_at AS last_finished_at, last.state AS last_state
+FROM pgsched.schedules s
+LEFT JOIN LATERAL (
+    SELECT h.finished_at, h.state FROM pgsched.job_history h
+    WHERE h.schedule = s.name ORDER BY h.finished_at DESC LIMIT 1
+) last ON true;
+COMMENT ON VIEW pgsched.schedule_status IS
+    'Schedules with their next occurrence, runs in flight, the last outcome and any expansion error.';

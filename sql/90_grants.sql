@@ -30,15 +30,21 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queue_stats, pgsched.
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
-    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker
+    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker,
+    pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
+    pgsched.schedule_error
     TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
-    pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live
+    pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
+    pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
+    pgsched.schedule_status
     TO pgsched_worker;
 
-GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue
+GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue,
+    pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule
     TO pgsched_admin;
+GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
 GRANT UPDATE ON pgsched.config TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
 
@@ -46,6 +52,7 @@ GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
 ALTER VIEW pgsched.queue_stats SET (security_invoker = true);
 ALTER VIEW pgsched.dead_letters SET (security_invoker = true);
 ALTER VIEW pgsched.workers_live SET (security_invoker = true);
+ALTER VIEW pgsched.schedule_status SET (security_invoker = true);
 
 ALTER TABLE pgsched.jobs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY jobs_tenant ON pgsched.jobs

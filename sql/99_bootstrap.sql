@@ -20,6 +20,7 @@ BEGIN
         v_shards);
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);
+    INSERT INTO pgsched.shard_leases (shard) SELECT pg_catalog.generate_series(0, v_shards - 1);
 END
 $$;
 

@@ -95,6 +95,7 @@ CREATE TABLE pgsched.jobs (
     tenant              text,
     last_error          text,
     created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    schedule            text,             -- the recurring schedule this occurrence belongs to
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$'),
     CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
@@ -138,6 +139,7 @@ CREATE TABLE pgsched.job_history (
     finished_at         timestamptz       NOT NULL,
     result              jsonb,
     error               text,
+    schedule            text,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -210,6 +212,135 @@ CREATE TABLE pgsched.workers (
     version    text
 );
 
+-- functions/_valid_timezone.sql
+-- _valid_timezone
+-- contract: true when p_tz is a time zone name PostgreSQL knows (IANA names
+-- such as 'Europe/Berlin', or 'UTC'); offsets like '+05:00' are refused.
+CREATE OR REPLACE FUNCTION pgsched._valid_timezone(p_tz text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT p_tz IS NOT NULL AND p_tz !~ '^[+-]?[0-9]'
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names WHERE name = p_tz)
+$$;
+
+-- functions/_shard_for_key.sql
+-- _shard_for_key
+-- contract: the shard of a job with this idempotency key; stable for a given
+-- key and shard count, so a key always lands on the same shard.
+CREATE OR REPLACE FUNCTION pgsched._shard_for_key(p_key text)
+RETURNS smallint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT ((pg_catalog.hashtextextended(p_key, 0) % c.shards + c.shards) % c.shards)::smallint
+    FROM pgsched.config c
+$$;
+
+-- 15_scheduling.sql
+-- pgsched: scanners, the shard leases they hold, and recurring schedules.
+--
+-- Scanners split the shards between them through leases in
+-- pgsched.shard_leases. Taking a shard over raises its epoch; every write a
+-- scanner makes for a shard first locks that shard's lease row FOR SHARE with
+-- the owner and epoch it believes it holds, so a scanner that was paused or
+-- cut off and then replaced has its writes rejected (SQLSTATE PS409).
+
+CREATE TABLE pgsched.scanners (
+    name       text        PRIMARY KEY,
+    host       text,
+    pid        integer,
+    started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE pgsched.scanners IS 'Scanner processes, for the fair share of shards each should own.';
+
+CREATE TABLE pgsched.shard_leases (
+    shard      smallint    PRIMARY KEY,
+    owner      text,
+    epoch      bigint      NOT NULL DEFAULT 0,
+    expires_at timestamptz,
+    renewed_at timestamptz,
+    CONSTRAINT shard_leases_owner_iff_expiry CHECK ((owner IS NULL) = (expires_at IS NULL))
+);
+COMMENT ON TABLE pgsched.shard_leases IS
+    'Which scanner owns which shard until when; epoch grows at every change of owner.';
+
+CREATE TABLE pgsched.schedules (
+    name             text        PRIMARY KEY,
+    cron             text        NOT NULL,
+    timezone         text        NOT NULL DEFAULT 'UTC',
+    task             text        NOT NULL,
+    args             jsonb       NOT NULL DEFAULT '{}',
+    queue            text        NOT NULL DEFAULT 'default',
+    priority         integer     NOT NULL DEFAULT 0,
+    max_attempts     integer,
+    labels           text[]      NOT NULL DEFAULT '{}',
+    tenant           text,
+    gap_policy       text        NOT NULL DEFAULT 'run',
+    overlap_policy   text        NOT NULL DEFAULT 'once',
+    misfire_policy   text        NOT NULL DEFAULT 'latest',
+    misfire_cap      integer     NOT NULL DEFAULT 100,
+    misfire_grace    interval    NOT NULL DEFAULT '1 minute',
+    concurrency      text        NOT NULL DEFAULT 'skip',
+    enabled          boolean     NOT NULL DEFAULT true,
+    horizon          interval    NOT NULL DEFAULT '1 hour',
+    shard            smallint    NOT NULL,
+    version          integer     NOT NULL DEFAULT 1,
+    expanded_version integer     NOT NULL DEFAULT 0,
+    expanded_until   timestamptz,
+    last_error       text,
+    source           text        NOT NULL DEFAULT 'sql',
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT schedules_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'),
+    CONSTRAINT schedules_cron_shape CHECK (cron ~ '^\s*(@[a-z]+|\S+(\s+\S+){4,5})\s*$'),
+    CONSTRAINT schedules_timezone_valid CHECK (pgsched._valid_timezone(timezone)),
+    CONSTRAINT schedules_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$'),
+    CONSTRAINT schedules_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    CONSTRAINT schedules_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
+    CONSTRAINT schedules_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT schedules_gap_policy_valid CHECK (gap_policy IN ('run', 'skip')),
+    CONSTRAINT schedules_overlap_policy_valid CHECK (overlap_policy IN ('once', 'twice')),
+    CONSTRAINT schedules_misfire_policy_valid CHECK (misfire_policy IN ('skip', 'latest', 'all')),
+    CONSTRAINT schedules_misfire_cap_range CHECK (misfire_cap BETWEEN 1 AND 10000),
+    CONSTRAINT schedules_misfire_grace_range CHECK (misfire_grace >= interval '0'),
+    CONSTRAINT schedules_concurrency_valid CHECK (concurrency IN ('allow', 'skip', 'queue', 'replace')),
+    CONSTRAINT schedules_horizon_range CHECK (horizon BETWEEN interval '1 minute' AND interval '7 days'),
+    CONSTRAINT schedules_source_valid CHECK (source IN ('sql', 'cli', 'code'))
+);
+COMMENT ON TABLE pgsched.schedules IS
+    'Recurring schedules: a cron expression in an IANA time zone, expanded by scanners into ordinary jobs.';
+COMMENT ON COLUMN pgsched.schedules.gap_policy IS
+    'A local time that does not exist (DST spring forward): run at the first valid instant after it, or skip.';
+COMMENT ON COLUMN pgsched.schedules.overlap_policy IS
+    'A fixed local time that happens twice (DST fall back): run once (first pass) or twice.';
+COMMENT ON COLUMN pgsched.schedules.misfire_policy IS
+    'Occurrences missed (later than misfire_grace) while nothing ran: skip them, run the latest once, or run all (up to misfire_cap).';
+COMMENT ON COLUMN pgsched.schedules.concurrency IS
+    'When an occurrence is due while the previous run still goes: allow, skip it, queue one, or replace (cancel) the previous.';
+
+-- One row per occurrence the scanners decided about: what was decided and why.
+CREATE TABLE pgsched.schedule_occurrences (
+    schedule   text        NOT NULL,
+    fire_at    timestamptz NOT NULL,
+    nominal    text,
+    dst        text,
+    decision   text        NOT NULL,
+    reason     text,
+    job_id     bigint,
+    version    integer,
+    decided_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT schedule_occurrences_pkey PRIMARY KEY (schedule, fire_at),
+    CONSTRAINT schedule_occurrences_decision_valid CHECK (decision IN (
+        'fire', 'skipped_gap', 'skipped_misfire', 'skipped_overlap', 'queued', 'replaced_previous',
+        'withdrawn', 'started', 'misfire_fired', 'skipped_dst_overlap'))
+);
+COMMENT ON TABLE pgsched.schedule_occurrences IS
+    'Every occurrence of every schedule that scanners decided about, with the decision and the reason.';
+CREATE INDEX schedule_occurrences_decided_at_idx ON pgsched.schedule_occurrences (decided_at);
+
 -- 20_indexes.sql
 -- pgsched: indexes. Partial indexes keep each path to its own small set of rows:
 -- claims never read scheduled or running rows, promotion never reads due ones.
@@ -231,6 +362,10 @@ CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
     WHERE state = 'dead';
 
 CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, at);
+
+-- Occurrences of recurring schedules: overlap policies look up a schedule's runs.
+CREATE INDEX jobs_schedule_idx ON pgsched.jobs (schedule)
+    WHERE schedule IS NOT NULL;
 
 -- functions/_backoff.sql
 -- _backoff
@@ -360,11 +495,11 @@ BEGIN
     SELECT * INTO v_config FROM pgsched.config;
     INSERT INTO pgsched.job_history
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
-         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error)
+         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at, p_job.started_at,
-            p_now, p_result, p_error);
+            p_now, p_result, p_error, p_job.schedule);
     IF v_config.audit THEN
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
         VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
@@ -374,6 +509,35 @@ BEGIN
         UPDATE pgsched.idempotency_keys k
         SET expires_at = p_now + v_config.idempotency_retention
         WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
+    END IF;
+END
+$$;
+
+-- functions/_hold_shard.sql
+-- _hold_shard
+-- contract: the fence of every scanner write. Locks the shard's lease row
+-- FOR SHARE if, and only if, p_scanner owns it under p_epoch and the lease has
+-- not run out; otherwise raises SQLSTATE PS409 and the caller's whole
+-- transaction is rolled back. Holding the lock until commit means a takeover
+-- (which updates the row) waits for this write to finish, or this write sees
+-- the takeover and is rejected: never both.
+CREATE OR REPLACE FUNCTION pgsched._hold_shard(
+    p_scanner text,
+    p_shard   integer,
+    p_epoch   bigint,
+    p_now     timestamptz
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    PERFORM 1 FROM pgsched.shard_leases l
+    WHERE l.shard = p_shard AND l.owner = p_scanner AND l.epoch = p_epoch AND l.expires_at > p_now
+    FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: scanner % no longer holds shard % under epoch %', p_scanner, p_shard, p_epoch
+            USING ERRCODE = 'PS409', HINT = 'Another scanner took the shard over; this write was rejected.';
     END IF;
 END
 $$;
@@ -443,19 +607,6 @@ AS $$
     SELECT pg_catalog.floor(pg_catalog.random() * c.shards)::smallint FROM pgsched.config c
 $$;
 
--- functions/_shard_for_key.sql
--- _shard_for_key
--- contract: the shard of a job with this idempotency key; stable for a given
--- key and shard count, so a key always lands on the same shard.
-CREATE OR REPLACE FUNCTION pgsched._shard_for_key(p_key text)
-RETURNS smallint
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pgsched, pg_temp
-AS $$
-    SELECT ((pg_catalog.hashtextextended(p_key, 0) % c.shards + c.shards) % c.shards)::smallint
-    FROM pgsched.config c
-$$;
-
 -- functions/_tenant_visible.sql
 -- _tenant_visible
 -- contract: row-level security predicate. Roles that are members of
@@ -469,6 +620,206 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
     SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_scoped', 'MEMBER')
         OR p_tenant = nullif(pg_catalog.current_setting('pgsched.tenant', true), '')
+$$;
+
+-- functions/_withdraw.sql
+-- _withdraw
+-- contract: removes the occurrences of p_schedule that have not started and
+-- are due at or after p_from: their jobs leave pgsched.jobs (never run, not
+-- filed as history), their idempotency keys are released so a re-expansion
+-- can create the same instants again, and their occurrence rows say
+-- 'withdrawn' with p_reason. Returns how many were withdrawn.
+CREATE OR REPLACE FUNCTION pgsched._withdraw(
+    p_schedule text,
+    p_from     timestamptz,
+    p_now      timestamptz,
+    p_reason   text
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM pgsched.jobs j
+        WHERE j.schedule = p_schedule AND j.state = 'scheduled' AND j.run_at >= p_from
+        RETURNING j.id, j.idempotency_key, j.run_at
+    ), keys AS (
+        DELETE FROM pgsched.idempotency_keys k
+        USING gone g
+        WHERE k.key = g.idempotency_key AND k.job_id = g.id
+    ), marked AS (
+        UPDATE pgsched.schedule_occurrences o
+        SET decision = 'withdrawn', reason = p_reason, decided_at = p_now
+        FROM gone g
+        WHERE o.schedule = p_schedule AND o.job_id = g.id
+    )
+    SELECT pg_catalog.count(*) INTO v_count FROM gone;
+    RETURN v_count;
+END
+$$;
+
+-- functions/acquire_shards.sql
+-- acquire_shards
+-- contract: a scanner's tick for its shard leases. Records the scanner as
+-- live, renews the leases it holds, gives back shards beyond its fair share
+-- (shards / live scanners, rounded up) so newcomers get theirs, and takes
+-- free or expired shards up to that share. Taking a shard raises its epoch;
+-- renewing keeps it; a lease that lapsed before renewal is re-taken with a
+-- new epoch, so writes prepared under the old one are rejected. Returns the
+-- shards held afterwards with their epochs and expiry.
+CREATE OR REPLACE FUNCTION pgsched.acquire_shards(
+    scanner text,
+    lease   interval    DEFAULT '10 seconds',
+    host    text        DEFAULT NULL,
+    pid     integer     DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (shard smallint, epoch bigint, expires_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_shards integer;
+    v_live integer;
+    v_share integer;
+    v_mine integer;
+BEGIN
+    IF acquire_shards.lease IS NULL OR acquire_shards.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: the scanner lease must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO pgsched.scanners AS s (name, host, pid, started_at, last_seen)
+    VALUES (acquire_shards.scanner, acquire_shards.host, acquire_shards.pid, v_now, v_now)
+    ON CONFLICT (name) DO UPDATE SET last_seen = v_now;
+
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
+    SELECT pg_catalog.count(*) INTO v_live
+    FROM pgsched.scanners s WHERE s.last_seen > v_now - acquire_shards.lease;
+    v_share := (v_shards + greatest(v_live, 1) - 1) / greatest(v_live, 1);
+
+    -- Renew what is still ours; a lapsed lease of ours comes back with a new epoch.
+    UPDATE pgsched.shard_leases l
+    SET expires_at = v_now + acquire_shards.lease, renewed_at = v_now,
+        epoch = CASE WHEN l.expires_at > v_now THEN l.epoch ELSE l.epoch + 1 END
+    WHERE l.owner = acquire_shards.scanner;
+
+    SELECT pg_catalog.count(*) INTO v_mine FROM pgsched.shard_leases l WHERE l.owner = acquire_shards.scanner;
+    IF v_mine > v_share THEN
+        UPDATE pgsched.shard_leases l
+        SET owner = NULL, expires_at = NULL, renewed_at = v_now
+        WHERE l.shard IN (
+            SELECT l2.shard FROM pgsched.shard_leases l2
+            WHERE l2.owner = acquire_shards.scanner
+            ORDER BY l2.shard DESC
+            LIMIT v_mine - v_share);
+    ELSIF v_mine < v_share THEN
+        UPDATE pgsched.shard_leases l
+        SET owner = acquire_shards.scanner, epoch = l.epoch + 1,
+            expires_at = v_now + acquire_shards.lease, renewed_at = v_now
+        WHERE l.shard IN (
+            SELECT l2.shard FROM pgsched.shard_leases l2
+            WHERE l2.owner IS NULL OR l2.expires_at <= v_now
+            ORDER BY l2.shard
+            LIMIT v_share - v_mine
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
+    SELECT l.shard, l.epoch, l.expires_at
+    FROM pgsched.shard_leases l
+    WHERE l.owner = acquire_shards.scanner
+    ORDER BY l.shard;
+END
+$$;
+
+-- functions/add_occurrences.sql
+-- add_occurrences
+-- contract: files a scanner's expansion of one schedule over a window, fenced
+-- by the scanner's lease on the schedule's shard (PS409 when lost). Each
+-- element of `occurrences` is {fire_at, nominal, dst, decision, reason}:
+-- decisions 'fire' and 'misfire_fired' become ordinary jobs due at fire_at
+-- whose idempotency key is (schedule, fire time in UTC), so two scanners, a
+-- restart or a re-expansion never create one occurrence twice; every element
+-- is recorded in schedule_occurrences with its decision (first decision
+-- wins). When the schedule's version is not p_version any more (edited
+-- meanwhile) nothing is filed. A version change since the last expansion
+-- first withdraws the not-yet-started occurrences from p_from on. Returns the
+-- number of jobs created.
+CREATE OR REPLACE FUNCTION pgsched.add_occurrences(
+    scanner     text,
+    shard       integer,
+    epoch       bigint,
+    schedule    text,
+    version     integer,
+    occurrences jsonb,
+    p_from      timestamptz,
+    p_until     timestamptz,
+    p_now       timestamptz DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_sched pgsched.schedules;
+    v_occ jsonb;
+    v_fire timestamptz;
+    v_job_id bigint;
+    v_created integer := 0;
+    v_key text;
+BEGIN
+    PERFORM pgsched._hold_shard(add_occurrences.scanner, add_occurrences.shard, add_occurrences.epoch, v_now);
+    SELECT * INTO v_sched FROM pgsched.schedules s
+    WHERE s.name = add_occurrences.schedule AND s.version = add_occurrences.version
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF v_sched.expanded_version <> v_sched.version THEN
+        PERFORM pgsched._withdraw(v_sched.name, add_occurrences.p_from, v_now,
+                                  pg_catalog.format('schedule changed (version %s)', v_sched.version));
+    END IF;
+
+    FOR v_occ IN SELECT e FROM pg_catalog.jsonb_array_elements(coalesce(add_occurrences.occurrences, '[]')) e LOOP
+        v_fire := (v_occ->>'fire_at')::timestamptz;
+        v_job_id := NULL;
+        IF v_occ->>'decision' IN ('fire', 'misfire_fired') AND v_sched.enabled THEN
+            v_key := 'pgsched:schedule:' || v_sched.name || ':'
+                     || pg_catalog.to_char(v_fire AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+            INSERT INTO pgsched.jobs AS j
+                (shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, labels, tenant, schedule)
+            VALUES (v_sched.shard, v_sched.queue, v_sched.task, v_sched.args, v_sched.priority, v_fire, v_key,
+                    v_sched.max_attempts, v_sched.labels, v_sched.tenant, v_sched.name)
+            RETURNING j.id INTO v_job_id;
+            IF v_job_id IS NOT NULL THEN
+                v_created := v_created + 1;
+            ELSE
+                SELECT k.job_id INTO v_job_id FROM pgsched.idempotency_keys k WHERE k.key = v_key;
+            END IF;
+        END IF;
+        INSERT INTO pgsched.schedule_occurrences AS o
+            (schedule, fire_at, nominal, dst, decision, reason, job_id, version, decided_at)
+        VALUES (v_sched.name, v_fire, v_occ->>'nominal', v_occ->>'dst', v_occ->>'decision', v_occ->>'reason',
+                v_job_id, v_sched.version, v_now)
+        ON CONFLICT ON CONSTRAINT schedule_occurrences_pkey DO UPDATE
+        SET decision = EXCLUDED.decision, reason = EXCLUDED.reason, job_id = EXCLUDED.job_id,
+            version = EXCLUDED.version, decided_at = EXCLUDED.decided_at, nominal = EXCLUDED.nominal,
+            dst = EXCLUDED.dst
+        WHERE o.decision = 'withdrawn';
+    END LOOP;
+
+    UPDATE pgsched.schedules s
+    SET expanded_until = greatest(coalesce(s.expanded_until, add_occurrences.p_until), add_occurrences.p_until),
+        expanded_version = s.version, last_error = NULL
+    WHERE s.name = v_sched.name;
+    RETURN v_created;
+END
 $$;
 
 -- functions/cancel.sql
@@ -667,10 +1018,10 @@ BEGIN
     ), history AS (
         INSERT INTO pgsched.job_history
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
-             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error)
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
-               d.created_at, d.started_at, v_now, d.result, NULL
+               d.created_at, d.started_at, v_now, d.result, NULL, d.schedule
         FROM done d
     ), audit AS (
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
@@ -1118,12 +1469,39 @@ AS $$
     RETURNING true
 $$;
 
+-- functions/pause_schedule.sql
+-- pause_schedule
+-- contract: stops a schedule from firing (its not-yet-due occurrences are
+-- withdrawn at the next scan) until resume_schedule(). Returns whether the
+-- schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.pause_schedule(name text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH changed AS (
+        UPDATE pgsched.schedules s SET enabled = false WHERE s.name = pause_schedule.name RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM changed)
+$$;
+
 -- functions/promote_due.sql
 -- promote_due
 -- contract: makes scheduled jobs whose run_at has come 'available' and wakes
 -- workers of their queues (one NOTIFY per queue). Reads only due rows of the
 -- scheduled index, so a backlog of far-future jobs costs nothing. Returns the
 -- number promoted (at most p_limit; call again while it is p_limit).
+--
+-- Occurrences of recurring schedules pass through the schedule's concurrency
+-- policy when the previous run of the same schedule is still queued or
+-- running: 'allow' promotes anyway, 'skip' cancels this occurrence, 'queue'
+-- keeps one occurrence waiting (re-checked every second) and skips the rest,
+-- 'replace' cancels the previous run and promotes this one. An occurrence
+-- later than the schedule's misfire_grace (nothing ran to promote it in
+-- time) first meets the misfire policy: 'skip' drops it, 'latest' drops it
+-- when a later occurrence is also due, 'all' drops it only beyond
+-- misfire_cap due occurrences. Each decision is recorded in
+-- pgsched.schedule_occurrences.
 CREATE OR REPLACE FUNCTION pgsched.promote_due(
     p_now   timestamptz DEFAULT NULL,
     p_limit integer     DEFAULT 10000,
@@ -1137,11 +1515,19 @@ DECLARE
     v_now timestamptz := coalesce(p_now, pg_catalog.now());
     v_count integer;
     v_queues text[];
+    v_occ record;
+    v_policy text;
+    v_sched record;
+    v_later integer;
+    v_skip text;
+    v_busy boolean;
+    v_job pgsched.jobs;
+    v_prev record;
 BEGIN
     WITH due AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
-        WHERE j.state = 'scheduled' AND j.run_at <= v_now
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now AND j.schedule IS NULL
           AND (p_shard IS NULL OR j.shard = p_shard)
         ORDER BY j.run_at
         LIMIT p_limit
@@ -1157,7 +1543,99 @@ BEGIN
     INTO v_count, v_queues
     FROM promoted p;
 
-    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    -- Schedule occurrences: few per tick, one at a time in due order.
+    FOR v_occ IN
+        SELECT j.id, j.shard, j.schedule, j.run_at, j.queue
+        FROM pgsched.jobs j
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now AND j.schedule IS NOT NULL
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.run_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace INTO v_sched
+        FROM pgsched.schedules s WHERE s.name = v_occ.schedule;
+        v_policy := coalesce(v_sched.concurrency, 'allow');
+
+        v_skip := NULL;
+        IF v_sched.misfire_grace IS NOT NULL AND v_occ.run_at < v_now - v_sched.misfire_grace THEN
+            SELECT pg_catalog.count(*) INTO v_later FROM pgsched.jobs w
+            WHERE w.schedule = v_occ.schedule AND w.state = 'scheduled' AND w.run_at <= v_now
+              AND (w.run_at, w.id) > (v_occ.run_at, v_occ.id);
+            IF v_sched.misfire_policy = 'skip'
+               OR (v_sched.misfire_policy = 'latest' AND v_later > 0)
+               OR (v_sched.misfire_policy = 'all' AND v_later >= v_sched.misfire_cap) THEN
+                v_skip := pg_catalog.format('misfire policy %s: due at %s, missed by more than %s',
+                                            v_sched.misfire_policy, v_occ.run_at, v_sched.misfire_grace);
+            END IF;
+        END IF;
+        IF v_skip IS NOT NULL THEN
+            DELETE FROM pgsched.jobs j
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+            RETURNING j.* INTO v_job;
+            IF FOUND THEN
+                PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'skipped: ' || v_skip);
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'skipped_misfire', decided_at = v_now, reason = v_skip
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        v_busy := v_policy <> 'allow' AND EXISTS (
+            SELECT 1 FROM pgsched.jobs o
+            WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running'));
+
+        IF NOT v_busy THEN
+            UPDATE pgsched.jobs j SET state = 'available'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
+            v_count := v_count + 1;
+        ELSIF v_policy = 'skip'
+           OR (v_policy = 'queue' AND EXISTS (
+                SELECT 1 FROM pgsched.jobs w
+                WHERE w.schedule = v_occ.schedule AND w.state = 'scheduled' AND w.id < v_occ.id
+                  AND w.run_at <= v_now + interval '1 second')) THEN
+            DELETE FROM pgsched.jobs j
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+            RETURNING j.* INTO v_job;
+            IF FOUND THEN
+                PERFORM pgsched._finish(v_job, 'cancelled', v_now,
+                    CASE v_policy WHEN 'skip' THEN 'skipped: the previous run of this schedule was still going'
+                                  ELSE 'skipped: one occurrence of this schedule is already queued' END);
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'skipped_overlap', decided_at = v_now,
+                    reason = pg_catalog.format('concurrency policy %s: previous run still going', v_policy)
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            END IF;
+        ELSIF v_policy = 'queue' THEN
+            -- Wait for the previous run; look again in a second (no busy loop).
+            UPDATE pgsched.jobs j SET run_at = v_now + interval '1 second'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'queued', decided_at = v_now,
+                reason = 'concurrency policy queue: waiting for the previous run'
+            WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id AND o.decision <> 'queued';
+        ELSE  -- replace
+            FOR v_prev IN
+                SELECT o.id FROM pgsched.jobs o
+                WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running')
+                ORDER BY o.id
+            LOOP
+                PERFORM pgsched.cancel(v_prev.id, v_now);
+            END LOOP;
+            UPDATE pgsched.jobs j SET state = 'available'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'replaced_previous', decided_at = v_now,
+                reason = 'concurrency policy replace: previous run cancelled'
+            WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM (SELECT DISTINCT q FROM unnest(v_queues) q) d;
     RETURN v_count;
 END
 $$;
@@ -1244,6 +1722,51 @@ AS $$
     ORDER BY u.id
 $$;
 
+-- functions/release_shards.sql
+-- release_shards
+-- contract: a scanner shutting down gives its shards back at once (so others
+-- need not wait for the lease to lapse) and leaves the scanner registry.
+-- Returns how many shards it released.
+CREATE OR REPLACE FUNCTION pgsched.release_shards(scanner text)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    UPDATE pgsched.shard_leases l
+    SET owner = NULL, expires_at = NULL, renewed_at = pg_catalog.now()
+    WHERE l.owner = release_shards.scanner;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    DELETE FROM pgsched.scanners s WHERE s.name = release_shards.scanner;
+    RETURN v_count;
+END
+$$;
+
+-- functions/remove_schedule.sql
+-- remove_schedule
+-- contract: deletes a schedule and withdraws its occurrences that have not
+-- started (queued ones leave without running; running ones finish). Returns
+-- how many occurrences were withdrawn, or NULL when no such schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.remove_schedule(name text, p_now timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_count integer;
+BEGIN
+    DELETE FROM pgsched.schedules s WHERE s.name = remove_schedule.name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_count := pgsched._withdraw(remove_schedule.name, '-infinity', v_now, 'schedule removed');
+    RETURN v_count;
+END
+$$;
+
 -- functions/resume_queue.sql
 -- resume_queue
 -- contract: lets workers claim from a paused queue again and wakes them.
@@ -1262,6 +1785,26 @@ BEGIN
     END IF;
     RETURN false;
 END
+$$;
+
+-- functions/resume_schedule.sql
+-- resume_schedule
+-- contract: lets a paused schedule fire again from now on; the occurrences
+-- that fell in the pause are not misfires, they are simply not run. Returns
+-- whether the schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.resume_schedule(name text, p_now timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH changed AS (
+        UPDATE pgsched.schedules s
+        SET enabled = true, expanded_until = coalesce(resume_schedule.p_now, pg_catalog.now())
+        WHERE s.name = resume_schedule.name AND NOT s.enabled
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM changed)
+        OR EXISTS (SELECT 1 FROM pgsched.schedules s WHERE s.name = resume_schedule.name)
 $$;
 
 -- functions/retry.sql
@@ -1320,6 +1863,64 @@ BEGIN
 END
 $$;
 
+-- functions/scan_shard.sql
+-- scan_shard
+-- contract: one scanner pass over one shard it holds (fenced by owner and
+-- epoch, see _hold_shard): expires dead workers' leases, promotes due jobs
+-- (waking workers), and says when the shard's next scheduled job is due so the
+-- scanner can sleep until exactly then. Raises PS409 when the lease is gone.
+CREATE OR REPLACE FUNCTION pgsched.scan_shard(
+    scanner text,
+    shard   integer,
+    epoch   bigint,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (expired integer, promoted integer, next_due timestamptz, db_now timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_expired integer;
+    v_promoted integer;
+BEGIN
+    PERFORM pgsched._hold_shard(scan_shard.scanner, scan_shard.shard, scan_shard.epoch, v_now);
+    v_expired := pgsched.expire_leases(v_now, 1000, scan_shard.shard);
+    v_promoted := pgsched.promote_due(v_now, 10000, scan_shard.shard);
+    RETURN QUERY SELECT v_expired, v_promoted, pgsched.next_due(scan_shard.shard), pg_catalog.clock_timestamp();
+END
+$$;
+
+-- functions/schedule_error.sql
+-- schedule_error
+-- contract: records that a schedule cannot be expanded (a cron expression
+-- that does not parse or never fires) so operators see why, and marks this
+-- version handled so scanners do not retry it in a loop. Fenced by the
+-- scanner's lease like every scanner write.
+CREATE OR REPLACE FUNCTION pgsched.schedule_error(
+    scanner  text,
+    shard    integer,
+    epoch    bigint,
+    schedule text,
+    version  integer,
+    error    text,
+    p_now    timestamptz DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM pgsched._hold_shard(schedule_error.scanner, schedule_error.shard, schedule_error.epoch,
+                                coalesce(p_now, pg_catalog.now()));
+    UPDATE pgsched.schedules s
+    SET last_error = schedule_error.error, expanded_version = s.version
+    WHERE s.name = schedule_error.schedule AND s.version = schedule_error.version;
+END
+$$;
+
 -- functions/snooze.sql
 -- snooze
 -- contract: puts a running job back to run at run_at, under its fencing
@@ -1366,7 +1967,9 @@ BEGIN
     NEW.started_at := NULL;
     NEW.cancel_requested_at := NULL;
     NEW.last_error := NULL;
-    NEW.state := CASE WHEN NEW.run_at <= v_now THEN 'available' ELSE 'scheduled' END;
+    -- Occurrences of schedules always pass through promotion, which applies
+    -- the schedule's overlap policy.
+    NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
 
     IF NEW.args IS NOT NULL THEN
         v_size := pg_catalog.octet_length(NEW.args::text);
@@ -1409,6 +2012,44 @@ BEGIN
 END
 $$;
 
+-- functions/tg_schedules__before_write.sql
+-- tg_schedules__before_write
+-- contract: a schedule lives on the shard of its name; any change to what a
+-- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
+-- its version, so the next scan withdraws the occurrences expanded under the
+-- old version and expands the new one. Works for plain INSERT/UPDATE too.
+CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    NEW.shard := pgsched._shard_for_key(NEW.name);
+    IF TG_OP = 'INSERT' THEN
+        NEW.version := 1;
+        NEW.expanded_version := 0;
+        NEW.expanded_until := NULL;
+        RETURN NEW;
+    END IF;
+    IF NEW.name <> OLD.name THEN
+        RAISE EXCEPTION 'pgsched: a schedule cannot be renamed; remove it and add it again'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF (NEW.cron, NEW.timezone, NEW.task, NEW.args, NEW.queue, NEW.priority, NEW.max_attempts, NEW.labels,
+        NEW.tenant, NEW.gap_policy, NEW.overlap_policy, NEW.misfire_policy, NEW.misfire_cap, NEW.misfire_grace, NEW.concurrency,
+        NEW.enabled, NEW.horizon)
+       IS DISTINCT FROM
+       (OLD.cron, OLD.timezone, OLD.task, OLD.args, OLD.queue, OLD.priority, OLD.max_attempts, OLD.labels,
+        OLD.tenant, OLD.gap_policy, OLD.overlap_policy, OLD.misfire_policy, OLD.misfire_cap, OLD.misfire_grace, OLD.concurrency,
+        OLD.enabled, OLD.horizon) THEN
+        NEW.version := OLD.version + 1;
+        NEW.updated_at := pg_catalog.now();
+        NEW.last_error := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- functions/unregister_worker.sql
 -- unregister_worker
 -- contract: forgets a worker that exits cleanly.
@@ -1420,11 +2061,69 @@ AS $$
     DELETE FROM pgsched.workers w WHERE w.name = unregister_worker.name
 $$;
 
+-- functions/upsert_schedule.sql
+-- upsert_schedule
+-- contract: creates the schedule `name`, or updates it when it exists (an
+-- update that changes what it fires takes effect at the next scan: future
+-- occurrences expanded under the old definition are withdrawn and replaced).
+-- Returns the schedule's version afterwards.
+CREATE OR REPLACE FUNCTION pgsched.upsert_schedule(
+    name           text,
+    cron           text,
+    task           text,
+    args           jsonb    DEFAULT '{}',
+    timezone       text     DEFAULT 'UTC',
+    queue          text     DEFAULT 'default',
+    priority       integer  DEFAULT 0,
+    max_attempts   integer  DEFAULT NULL,
+    gap_policy     text     DEFAULT 'run',
+    overlap_policy text     DEFAULT 'once',
+    misfire_policy text     DEFAULT 'latest',
+    misfire_cap    integer  DEFAULT 100,
+    misfire_grace  interval DEFAULT '1 minute',
+    concurrency    text     DEFAULT 'skip',
+    enabled        boolean  DEFAULT true,
+    horizon        interval DEFAULT '1 hour',
+    labels         text[]   DEFAULT '{}',
+    tenant         text     DEFAULT NULL,
+    source         text     DEFAULT 'sql'
+)
+RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    INSERT INTO pgsched.schedules AS s
+        (name, cron, task, args, timezone, queue, priority, max_attempts, gap_policy, overlap_policy,
+         misfire_policy, misfire_cap, misfire_grace, concurrency, enabled, horizon, labels, tenant, source, shard)
+    VALUES (upsert_schedule.name, upsert_schedule.cron, upsert_schedule.task, coalesce(upsert_schedule.args, '{}'),
+            coalesce(upsert_schedule.timezone, 'UTC'), coalesce(upsert_schedule.queue, 'default'),
+            coalesce(upsert_schedule.priority, 0), upsert_schedule.max_attempts,
+            coalesce(upsert_schedule.gap_policy, 'run'), coalesce(upsert_schedule.overlap_policy, 'once'),
+            coalesce(upsert_schedule.misfire_policy, 'latest'), coalesce(upsert_schedule.misfire_cap, 100),
+            coalesce(upsert_schedule.misfire_grace, interval '1 minute'),
+            coalesce(upsert_schedule.concurrency, 'skip'), coalesce(upsert_schedule.enabled, true),
+            coalesce(upsert_schedule.horizon, interval '1 hour'), coalesce(upsert_schedule.labels, '{}'),
+            upsert_schedule.tenant, coalesce(upsert_schedule.source, 'sql'), 0)
+    ON CONFLICT (name) DO UPDATE
+    SET cron = EXCLUDED.cron, task = EXCLUDED.task, args = EXCLUDED.args, timezone = EXCLUDED.timezone,
+        queue = EXCLUDED.queue, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+        gap_policy = EXCLUDED.gap_policy, overlap_policy = EXCLUDED.overlap_policy,
+        misfire_policy = EXCLUDED.misfire_policy, misfire_cap = EXCLUDED.misfire_cap,
+        misfire_grace = EXCLUDED.misfire_grace,
+        concurrency = EXCLUDED.concurrency, enabled = EXCLUDED.enabled, horizon = EXCLUDED.horizon,
+        labels = EXCLUDED.labels, tenant = EXCLUDED.tenant, source = EXCLUDED.source
+    RETURNING s.version
+$$;
+
 -- 30_triggers.sql
 -- pgsched: triggers.
 CREATE TRIGGER tg_jobs__before_insert
     BEFORE INSERT ON pgsched.jobs
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__before_insert();
+
+CREATE TRIGGER tg_schedules__before_write
+    BEFORE INSERT OR UPDATE ON pgsched.schedules
+    FOR EACH ROW EXECUTE FUNCTION pgsched.tg_schedules__before_write();
 
 -- 40_views.sql
 -- pgsched: views, the operator's surface. Per queue, never only averages.
@@ -1511,6 +2210,24 @@ FROM pgsched.workers w
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
 
+-- schedule_status: each schedule with its next occurrence, its last finished
+-- run, and why it cannot fire when it cannot.
+CREATE VIEW pgsched.schedule_status AS
+SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.enabled, s.concurrency, s.misfire_policy,
+       s.gap_policy, s.overlap_policy, s.expanded_until, s.version, s.last_error,
+       (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j
+        WHERE j.schedule = s.name AND j.state = 'scheduled') AS next_fire_at,
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.schedule = s.name AND j.state IN ('available', 'running')) AS in_flight,
+       last.finished_at AS last_finished_at, last.state AS last_state
+FROM pgsched.schedules s
+LEFT JOIN LATERAL (
+    SELECT h.finished_at, h.state FROM pgsched.job_history h
+    WHERE h.schedule = s.name ORDER BY h.finished_at DESC LIMIT 1
+) last ON true;
+COMMENT ON VIEW pgsched.schedule_status IS
+    'Schedules with their next occurrence, runs in flight, the last outcome and any expansion error.';
+
 -- 90_grants.sql
 -- pgsched: privileges and row-level security (DESIGN §5).
 --
@@ -1544,15 +2261,21 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queue_stats, pgsched.
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
-    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker
+    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker,
+    pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
+    pgsched.schedule_error
     TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
-    pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live
+    pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
+    pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
+    pgsched.schedule_status
     TO pgsched_worker;
 
-GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue
+GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue,
+    pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule
     TO pgsched_admin;
+GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
 GRANT UPDATE ON pgsched.config TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
 
@@ -1560,6 +2283,7 @@ GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
 ALTER VIEW pgsched.queue_stats SET (security_invoker = true);
 ALTER VIEW pgsched.dead_letters SET (security_invoker = true);
 ALTER VIEW pgsched.workers_live SET (security_invoker = true);
+ALTER VIEW pgsched.schedule_status SET (security_invoker = true);
 
 ALTER TABLE pgsched.jobs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY jobs_tenant ON pgsched.jobs
@@ -1595,6 +2319,7 @@ BEGIN
         v_shards);
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);
+    INSERT INTO pgsched.shard_leases (shard) SELECT pg_catalog.generate_series(0, v_shards - 1);
 END
 $$;
 

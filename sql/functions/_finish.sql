@@ -21,11 +21,11 @@ BEGIN
     SELECT * INTO v_config FROM pgsched.config;
     INSERT INTO pgsched.job_history
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
-         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error)
+         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at, p_job.started_at,
-            p_now, p_result, p_error);
+            p_now, p_result, p_error, p_job.schedule);
     IF v_config.audit THEN
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
         VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,

@@ -3,6 +3,17 @@
 -- workers of their queues (one NOTIFY per queue). Reads only due rows of the
 -- scheduled index, so a backlog of far-future jobs costs nothing. Returns the
 -- number promoted (at most p_limit; call again while it is p_limit).
+--
+-- Occurrences of recurring schedules pass through the schedule's concurrency
+-- policy when the previous run of the same schedule is still queued or
+-- running: 'allow' promotes anyway, 'skip' cancels this occurrence, 'queue'
+-- keeps one occurrence waiting (re-checked every second) and skips the rest,
+-- 'replace' cancels the previous run and promotes this one. An occurrence
+-- later than the schedule's misfire_grace (nothing ran to promote it in
+-- time) first meets the misfire policy: 'skip' drops it, 'latest' drops it
+-- when a later occurrence is also due, 'all' drops it only beyond
+-- misfire_cap due occurrences. Each decision is recorded in
+-- pgsched.schedule_occurrences.
 CREATE OR REPLACE FUNCTION pgsched.promote_due(
     p_now   timestamptz DEFAULT NULL,
     p_limit integer     DEFAULT 10000,
@@ -16,11 +27,19 @@ DECLARE
     v_now timestamptz := coalesce(p_now, pg_catalog.now());
     v_count integer;
     v_queues text[];
+    v_occ record;
+    v_policy text;
+    v_sched record;
+    v_later integer;
+    v_skip text;
+    v_busy boolean;
+    v_job pgsched.jobs;
+    v_prev record;
 BEGIN
     WITH due AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
-        WHERE j.state = 'scheduled' AND j.run_at <= v_now
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now AND j.schedule IS NULL
           AND (p_shard IS NULL OR j.shard = p_shard)
         ORDER BY j.run_at
         LIMIT p_limit
@@ -36,7 +55,99 @@ BEGIN
     INTO v_count, v_queues
     FROM promoted p;
 
-    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    -- Schedule occurrences: few per tick, one at a time in due order.
+    FOR v_occ IN
+        SELECT j.id, j.shard, j.schedule, j.run_at, j.queue
+        FROM pgsched.jobs j
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now AND j.schedule IS NOT NULL
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.run_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace INTO v_sched
+        FROM pgsched.schedules s WHERE s.name = v_occ.schedule;
+        v_policy := coalesce(v_sched.concurrency, 'allow');
+
+        v_skip := NULL;
+        IF v_sched.misfire_grace IS NOT NULL AND v_occ.run_at < v_now - v_sched.misfire_grace THEN
+            SELECT pg_catalog.count(*) INTO v_later FROM pgsched.jobs w
+            WHERE w.schedule = v_occ.schedule AND w.state = 'scheduled' AND w.run_at <= v_now
+              AND (w.run_at, w.id) > (v_occ.run_at, v_occ.id);
+            IF v_sched.misfire_policy = 'skip'
+               OR (v_sched.misfire_policy = 'latest' AND v_later > 0)
+               OR (v_sched.misfire_policy = 'all' AND v_later >= v_sched.misfire_cap) THEN
+                v_skip := pg_catalog.format('misfire policy %s: due at %s, missed by more than %s',
+                                            v_sched.misfire_policy, v_occ.run_at, v_sched.misfire_grace);
+            END IF;
+        END IF;
+        IF v_skip IS NOT NULL THEN
+            DELETE FROM pgsched.jobs j
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+            RETURNING j.* INTO v_job;
+            IF FOUND THEN
+                PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'skipped: ' || v_skip);
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'skipped_misfire', decided_at = v_now, reason = v_skip
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        v_busy := v_policy <> 'allow' AND EXISTS (
+            SELECT 1 FROM pgsched.jobs o
+            WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running'));
+
+        IF NOT v_busy THEN
+            UPDATE pgsched.jobs j SET state = 'available'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
+            v_count := v_count + 1;
+        ELSIF v_policy = 'skip'
+           OR (v_policy = 'queue' AND EXISTS (
+                SELECT 1 FROM pgsched.jobs w
+                WHERE w.schedule = v_occ.schedule AND w.state = 'scheduled' AND w.id < v_occ.id
+                  AND w.run_at <= v_now + interval '1 second')) THEN
+            DELETE FROM pgsched.jobs j
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+            RETURNING j.* INTO v_job;
+            IF FOUND THEN
+                PERFORM pgsched._finish(v_job, 'cancelled', v_now,
+                    CASE v_policy WHEN 'skip' THEN 'skipped: the previous run of this schedule was still going'
+                                  ELSE 'skipped: one occurrence of this schedule is already queued' END);
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'skipped_overlap', decided_at = v_now,
+                    reason = pg_catalog.format('concurrency policy %s: previous run still going', v_policy)
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            END IF;
+        ELSIF v_policy = 'queue' THEN
+            -- Wait for the previous run; look again in a second (no busy loop).
+            UPDATE pgsched.jobs j SET run_at = v_now + interval '1 second'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'queued', decided_at = v_now,
+                reason = 'concurrency policy queue: waiting for the previous run'
+            WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id AND o.decision <> 'queued';
+        ELSE  -- replace
+            FOR v_prev IN
+                SELECT o.id FROM pgsched.jobs o
+                WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running')
+                ORDER BY o.id
+            LOOP
+                PERFORM pgsched.cancel(v_prev.id, v_now);
+            END LOOP;
+            UPDATE pgsched.jobs j SET state = 'available'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'replaced_previous', decided_at = v_now,
+                reason = 'concurrency policy replace: previous run cancelled'
+            WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM (SELECT DISTINCT q FROM unnest(v_queues) q) d;
     RETURN v_count;
 END
 $$;

@@ -23,7 +23,9 @@ BEGIN
     NEW.started_at := NULL;
     NEW.cancel_requested_at := NULL;
     NEW.last_error := NULL;
-    NEW.state := CASE WHEN NEW.run_at <= v_now THEN 'available' ELSE 'scheduled' END;
+    -- Occurrences of schedules always pass through promotion, which applies
+    -- the schedule's overlap policy.
+    NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
 
     IF NEW.args IS NOT NULL THEN
         v_size := pg_catalog.octet_length(NEW.args::text);

@@ -1,0 +1,413 @@
+"""The scanner: owns shards by epoch-fenced leases and keeps time for them.
+
+Per owned shard it expires dead workers' leases, promotes due jobs (waking
+workers), and sleeps until exactly the next due job (an index probe), waking
+early when an earlier one is enqueued (NOTIFY pgsched_scheduled). It expands
+the recurring schedules of its shards into ordinary jobs over a rolling
+horizon, and runs the partition and pruning housekeeping. Any number of
+scanners may run; they split the shards between them, and one that lost its
+lease has every write rejected by the epoch (SQLSTATE PS409).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgsched import cron
+from pgsched.dbconn import Reconnecting
+from pgsched.listener import Listener
+
+log = logging.getLogger(__name__)
+
+LEASE_LOST = "PS409"
+SCHEDULED_CHANNEL = "pgsched_scheduled"
+MAX_FIRES_PER_EXPANSION = 1000
+
+
+@dataclass(kw_only=True)
+class ScannerOptions:
+    """How a scanner runs. Durations are seconds."""
+
+    name: str | None = None
+    lease: float = 10.0  # shard lease; another scanner takes a dead one's shards after this
+    scan_interval: float = 1.0  # each owned shard is scanned at least this often (lease expiry)
+    max_sleep: float = 5.0  # upper bound on sleeping when nothing is due
+    expansion_interval: float = 5.0  # schedules are checked for expansion this often
+    maintain_interval: float = 3600.0
+    listen: bool = True
+    prepare: bool = True
+    install_signal_handlers: bool = True
+
+
+@dataclass
+class _Shard:
+    epoch: int
+    due: float = 0.0  # monotonic time of the next due job (0: now)
+    next_scan: float = 0.0
+
+
+@dataclass
+class ScannerStats:
+    scans: int = 0
+    promoted: int = 0
+    expired: int = 0
+    occurrences: int = 0
+    rejected: int = 0
+    owned: list[int] = field(default_factory=list)
+
+
+def default_scanner_name() -> str:
+    return f"scanner:{socket.gethostname()}:{os.getpid()}:{random.randrange(16**4):04x}"
+
+
+class Scanner:
+    """Runs until stop() (or SIGTERM/SIGINT when it owns the main thread)."""
+
+    def __init__(self, dsn: str, options: ScannerOptions | None = None) -> None:
+        self.dsn = dsn
+        self.options = options or ScannerOptions()
+        if self.options.lease < 1:
+            raise ValueError("the scanner lease must be at least 1 second")
+        self.name = self.options.name or default_scanner_name()
+        self.stats = ScannerStats()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._notified = threading.Event()
+        self._db = Reconnecting(dsn, purpose=f"scanner {self.name}", stop=self._stop, prepare=self.options.prepare)
+        self._shards: dict[int, _Shard] = {}
+        self._next_renew = 0.0
+        self._next_expand = 0.0
+        self._next_maintain = 0.0
+        self._listener: Listener | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: scanner %s stopping", signal.Signals(signum).name, self.name)
+        self.stop()
+
+    @property
+    def owned(self) -> list[int]:
+        return sorted(self._shards)
+
+    def run(self) -> int:
+        if self.options.install_signal_handlers and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        if self.options.listen:
+            self._listener = Listener(
+                self.dsn, [""], self._on_notify, stop=threading.Event(), channel=SCHEDULED_CHANNEL
+            )
+            self._listener.start()
+        log.info("scanner %s started (lease %.0fs)", self.name, self.options.lease)
+        try:
+            while not self._stop.is_set():
+                try:
+                    delay = self.tick()
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    log.warning("scanner %s: database unavailable (%s); retrying", self.name, exc)
+                    delay = min(1.0, self.options.scan_interval)
+                    self._next_renew = 0.0
+                except psycopg.Error:
+                    # A statement failed (not the connection): report it, keep the scanner alive.
+                    log.exception("scanner %s: tick failed; retrying", self.name)
+                    delay = min(1.0, self.options.scan_interval)
+                if delay > 0:
+                    self._wake.wait(delay)
+                self._wake.clear()
+        finally:
+            self._shutdown()
+        return 0
+
+    def _on_notify(self) -> None:
+        self._notified.set()
+        self._wake.set()
+
+    # -- one tick --------------------------------------------------------
+
+    def tick(self) -> float:
+        """Do whatever is due now; return how long to sleep before the next tick."""
+        now = time.monotonic()
+        if now >= self._next_renew:
+            self._renew()
+            now = time.monotonic()
+        if self._notified.is_set():
+            self._notified.clear()
+            self._refresh_due()
+        for shard_no, shard in list(self._shards.items()):
+            if shard.due <= now or shard.next_scan <= now:
+                self._scan(shard_no, shard)
+        now = time.monotonic()
+        if now >= self._next_expand:
+            self._next_expand = now + self.options.expansion_interval
+            self.expand_schedules()
+        if now >= self._next_maintain:
+            self._next_maintain = now + self.options.maintain_interval
+            self._db.call(lambda c: c.execute("SELECT pgsched.maintain()"))
+        now = time.monotonic()
+        wake_at = min(
+            [self._next_renew, self._next_expand, now + self.options.max_sleep]
+            + [min(s.due, s.next_scan) for s in self._shards.values()]
+        )
+        return max(0.0, wake_at - now)
+
+    def _renew(self) -> None:
+        lease = timedelta(seconds=self.options.lease)
+        rows = self._db.call(
+            lambda c: c.execute(
+                "SELECT shard, epoch FROM pgsched.acquire_shards(%s, %s, %s, %s)",
+                (self.name, lease, socket.gethostname(), os.getpid()),
+            ).fetchall()
+        )
+        held = {int(shard): int(epoch) for shard, epoch in rows}
+        gained = set(held) - set(self._shards)
+        lost = set(self._shards) - set(held)
+        for shard_no in lost:
+            del self._shards[shard_no]
+        for shard_no, epoch in held.items():
+            current = self._shards.get(shard_no)
+            if current is None or current.epoch != epoch:
+                self._shards[shard_no] = _Shard(epoch=epoch)
+        if gained or lost:
+            log.info(
+                "scanner %s owns shards %s (gained %s, gave up %s)",
+                self.name,
+                self.owned,
+                sorted(gained),
+                sorted(lost),
+            )
+            if gained:
+                self._next_expand = 0.0
+        self.stats.owned = self.owned
+        self._next_renew = time.monotonic() + self.options.lease / 3
+
+    def _refresh_due(self) -> None:
+        if not self._shards:
+            return
+        shards = self.owned
+        rows = self._db.call(
+            lambda c: c.execute(
+                "SELECT s, pgsched.next_due(s), clock_timestamp() FROM unnest(%s::integer[]) s", (shards,)
+            ).fetchall()
+        )
+        now = time.monotonic()
+        for shard_no, due, db_now in rows:
+            if shard_no in self._shards:
+                self._shards[shard_no].due = _due_monotonic(due, db_now, now)
+
+    def _scan(self, shard_no: int, shard: _Shard) -> None:
+        try:
+            row = self._db.call(
+                lambda c: c.execute(
+                    "SELECT expired, promoted, next_due, db_now FROM pgsched.scan_shard(%s, %s, %s)",
+                    (self.name, shard_no, shard.epoch),
+                ).fetchone()
+            )
+        except psycopg.Error as exc:
+            if exc.sqlstate == LEASE_LOST:
+                self._lost(shard_no, exc)
+                return
+            raise
+        assert row is not None
+        expired, promoted, next_due, db_now = row
+        now = time.monotonic()
+        self.stats.scans += 1
+        self.stats.expired += expired
+        self.stats.promoted += promoted
+        if expired:
+            log.info("shard %s: expired %d leases of dead or stalled workers", shard_no, expired)
+        shard.due = _due_monotonic(next_due, db_now, now)
+        shard.next_scan = now + self.options.scan_interval
+
+    def _lost(self, shard_no: int, exc: psycopg.Error) -> None:
+        self.stats.rejected += 1
+        self._shards.pop(shard_no, None)
+        self._next_renew = 0.0
+        log.warning(
+            "scanner %s: write for shard %s rejected, the lease moved on: %s",
+            self.name,
+            shard_no,
+            exc.diag.message_primary,
+        )
+
+    # -- schedules -------------------------------------------------------
+
+    def expand_schedules(self) -> int:
+        """Expand the schedules of owned shards that need it; returns the number of jobs created."""
+        if not self._shards:
+            return 0
+        created = 0
+        rows = self._db.call(lambda c: _due_schedules(c, self.owned))
+        for row in rows:
+            shard = self._shards.get(row["shard"])
+            if shard is None:
+                continue
+            try:
+                created += self._expand_one(row, shard.epoch)
+            except psycopg.Error as exc:
+                if exc.sqlstate == LEASE_LOST:
+                    self._lost(row["shard"], exc)
+                    continue
+                raise
+        self.stats.occurrences += created
+        return created
+
+    def _expand_one(self, row: dict[str, Any], epoch: int) -> int:
+        name = row["name"]
+        db_now: datetime = row["db_now"]
+        if not row["enabled"]:
+            plan: list[dict[str, Any]] = []
+            start = until = db_now
+        else:
+            changed = row["expanded_version"] != row["version"]
+            start = db_now if changed or row["expanded_until"] is None else row["expanded_until"]
+            until = db_now + row["horizon"]
+            try:
+                plan, until = plan_occurrences(row, start, until, db_now)
+            except cron.CronError as exc:
+                message = str(exc)
+                log.error("schedule %s cannot be expanded: %s", name, message)
+                self._db.call(
+                    lambda c: c.execute(
+                        "SELECT pgsched.schedule_error(%s, %s, %s, %s, %s, %s)",
+                        (self.name, row["shard"], epoch, name, row["version"], message),
+                    )
+                )
+                return 0
+        result = self._db.call(
+            lambda c: c.execute(
+                "SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s)",
+                (self.name, row["shard"], epoch, name, row["version"], json.dumps(plan), start, until),
+            ).fetchone()
+        )
+        created = int(result[0]) if result else 0
+        if created:
+            log.debug("schedule %s: %d occurrences up to %s", name, created, until)
+        return created
+
+    # -- shutdown --------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        try:
+            conn = self._db.get()
+            conn.execute("SELECT pgsched.release_shards(%s)", (self.name,))
+            log.info("scanner %s released shards %s", self.name, self.owned)
+        except psycopg.Error as exc:
+            log.warning("scanner %s could not release its shards (%s); they expire with the lease", self.name, exc)
+        self._shards.clear()
+        self._db.close()
+
+
+def _due_monotonic(due: datetime | None, db_now: datetime, mono_now: float) -> float:
+    """A database timestamp as a time.monotonic() value, measured against the database's clock."""
+    if due is None:
+        return float("inf")
+    return mono_now + max(0.0, (due - db_now).total_seconds())
+
+
+def _due_schedules(conn: psycopg.Connection[Any], shards: list[int]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            """
+            SELECT name, cron, timezone, enabled, gap_policy, overlap_policy, misfire_policy, misfire_cap,
+                   misfire_grace, horizon, shard, version, expanded_version, expanded_until,
+                   clock_timestamp() AS db_now
+            FROM pgsched.schedules
+            WHERE shard = ANY(%s)
+              AND (expanded_version <> version
+                   OR (enabled AND (expanded_until IS NULL OR expanded_until < clock_timestamp() + horizon / 2)))
+            ORDER BY name
+            """,
+            (shards,),
+        ).fetchall()
+
+
+def plan_occurrences(
+    schedule: dict[str, Any], start: datetime, end: datetime, now: datetime
+) -> tuple[list[dict[str, Any]], datetime]:
+    """Decide every occurrence of a schedule in [start, end): which fire, which are skipped and why.
+
+    Returns the decisions (as add_occurrences() takes them) and the instant the
+    expansion really reached (earlier than ``end`` when more than
+    MAX_FIRES_PER_EXPANSION occurrences fall in the window).
+    """
+    expr, tz = schedule["cron"], schedule["timezone"]
+    rows = cron.explain(
+        expr,
+        tz,
+        start,
+        end,
+        gap=cron.GapPolicy(schedule["gap_policy"]),
+        overlap=cron.OverlapPolicy(schedule["overlap_policy"]),
+    )
+    firing = {cron.Decision.FIRE.value, cron.Decision.FIRE_OVERLAP_SECOND.value}
+    fires = [occ for occ, decision in rows if decision in firing]
+    if len(fires) > MAX_FIRES_PER_EXPANSION:
+        end = fires[MAX_FIRES_PER_EXPANSION].fire_at
+        rows = [(occ, decision) for occ, decision in rows if occ.fire_at < end]
+        fires = fires[:MAX_FIRES_PER_EXPANSION]
+
+    grace: timedelta = schedule["misfire_grace"]
+    missed = [occ for occ in fires if occ.fire_at < now - grace]
+    chosen = {
+        occ.fire_at
+        for occ in cron.select_misfires(missed, cron.MisfirePolicy(schedule["misfire_policy"]), schedule["misfire_cap"])
+    }
+    missed_at = {occ.fire_at for occ in missed}
+
+    plan: list[dict[str, Any]] = []
+    for occ, decision in rows:
+        entry: dict[str, Any] = {"fire_at": occ.fire_at.isoformat(), "nominal": occ.nominal, "dst": occ.dst}
+        if decision in firing:
+            if occ.fire_at in missed_at:
+                if occ.fire_at in chosen:
+                    entry["decision"] = "misfire_fired"
+                    entry["reason"] = (
+                        f"missed (due {occ.fire_at.isoformat()}); misfire policy {schedule['misfire_policy']}"
+                    )
+                else:
+                    entry["decision"] = "skipped_misfire"
+                    entry["reason"] = f"missed while no scanner ran; misfire policy {schedule['misfire_policy']}"
+            else:
+                entry["decision"] = "fire"
+                if occ.dst:
+                    entry["reason"] = _dst_reason(occ, schedule)
+        elif decision == cron.Decision.SKIPPED_GAP.value:
+            entry["decision"] = "skipped_gap"
+            entry["reason"] = f"{occ.nominal} does not exist in {tz} (DST gap); gap policy skip"
+        elif decision == cron.Decision.SKIPPED_OVERLAP.value:
+            entry["decision"] = "skipped_dst_overlap"
+            entry["reason"] = f"{occ.nominal} happens twice in {tz} (DST overlap); overlap policy once"
+        else:
+            continue  # merged into another occurrence at the same instant
+        plan.append(entry)
+    # Fires first at a shared instant, so the decision recorded there is the fire.
+    plan.sort(key=lambda e: (e["fire_at"], e["decision"] not in ("fire", "misfire_fired")))
+    return plan, end
+
+
+def _dst_reason(occ: cron.Occurrence, schedule: dict[str, Any]) -> str:
+    tz = schedule["timezone"]
+    if occ.dst == cron.Dst.GAP_SHIFTED:
+        return f"{occ.nominal} does not exist in {tz} (DST gap); gap policy run: fires at {occ.local.isoformat()}"
+    if occ.dst == cron.Dst.OVERLAP_SECOND:
+        return f"{occ.nominal} happens twice in {tz}; overlap policy twice: second pass"
+    return f"{occ.nominal} happens twice in {tz}; first pass"

@@ -1,0 +1,14 @@
+-- pause_schedule
+-- contract: stops a schedule from firing (its not-yet-due occurrences are
+-- withdrawn at the next scan) until resume_schedule(). Returns whether the
+-- schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.pause_schedule(name text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH changed AS (
+        UPDATE pgsched.schedules s SET enabled = false WHERE s.name = pause_schedule.name RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM changed)
+$$;

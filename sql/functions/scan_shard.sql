@@ -1,0 +1,27 @@
+-- scan_shard
+-- contract: one scanner pass over one shard it holds (fenced by owner and
+-- epoch, see _hold_shard): expires dead workers' leases, promotes due jobs
+-- (waking workers), and says when the shard's next scheduled job is due so the
+-- scanner can sleep until exactly then. Raises PS409 when the lease is gone.
+CREATE OR REPLACE FUNCTION pgsched.scan_shard(
+    scanner text,
+    shard   integer,
+    epoch   bigint,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (expired integer, promoted integer, next_due timestamptz, db_now timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_expired integer;
+    v_promoted integer;
+BEGIN
+    PERFORM pgsched._hold_shard(scan_shard.scanner, scan_shard.shard, scan_shard.epoch, v_now);
+    v_expired := pgsched.expire_leases(v_now, 1000, scan_shard.shard);
+    v_promoted := pgsched.promote_due(v_now, 10000, scan_shard.shard);
+    RETURN QUERY SELECT v_expired, v_promoted, pgsched.next_due(scan_shard.shard), pg_catalog.clock_timestamp();
+END
+$$;
