@@ -1,0 +1,288 @@
+"""`pgsched schedules`: recurring schedules (add, list, remove, pause, resume, preview)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+from pgsched.cli.common import emit_json, emit_table, handle_errors, state
+
+
+@click.group()
+def schedules() -> None:
+    """Recurring schedules: a cron expression in an IANA time zone, fired by scanners."""
+
+
+@schedules.command("add")
+@click.argument("name")
+@click.argument("cron")
+@click.argument("task")
+@click.argument("args_json", default="{}")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone, e.g. Europe/Berlin.")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, None), default=None)
+@click.option(
+    "--gap",
+    type=click.Choice(["run", "skip"]),
+    default="run",
+    show_default=True,
+    help="A local time that does not exist (DST spring forward): run at the gap's end, or skip.",
+)
+@click.option(
+    "--overlap",
+    type=click.Choice(["once", "twice"]),
+    default="once",
+    show_default=True,
+    help="A fixed local time that happens twice (DST fall back): run once or twice.",
+)
+@click.option(
+    "--misfire",
+    type=click.Choice(["skip", "latest", "all"]),
+    default="latest",
+    show_default=True,
+    help="Occurrences missed while nothing ran.",
+)
+@click.option("--misfire-cap", type=click.IntRange(1, 10000), default=100, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.Choice(["allow", "skip", "queue", "replace"]),
+    default="skip",
+    show_default=True,
+    help="When the previous run is still going.",
+)
+@click.option("--paused", is_flag=True, help="Create it paused.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def add(
+    ctx: click.Context,
+    name: str,
+    cron: str,
+    task: str,
+    args_json: str,
+    tz: str,
+    queue: str,
+    priority: int,
+    max_attempts: int | None,
+    gap: str,
+    overlap: str,
+    misfire: str,
+    misfire_cap: int,
+    concurrency: str,
+    paused: bool,
+    as_json: bool,
+) -> None:
+    """Add (or replace) schedule NAME firing TASK with ARGS_JSON at CRON (in --tz)."""
+    from pgsched import cron as cronlib
+
+    try:
+        cronlib.validate(cron, tz)
+    except cronlib.CronError as exc:
+        raise click.BadParameter(str(exc), param_hint="CRON / --tz") from exc
+    try:
+        args = json.loads(args_json)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="ARGS_JSON") from exc
+    if not isinstance(args, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="ARGS_JSON")
+    with state(ctx).connect() as conn:
+        row = conn.execute(
+            "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s::jsonb,"
+            " timezone => %s, queue => %s, priority => %s, max_attempts => %s, gap_policy => %s,"
+            " overlap_policy => %s, misfire_policy => %s, misfire_cap => %s, concurrency => %s,"
+            " enabled => %s, source => 'cli') AS version",
+            (
+                name,
+                cron,
+                task,
+                json.dumps(args),
+                tz,
+                queue,
+                priority,
+                max_attempts,
+                gap,
+                overlap,
+                misfire,
+                misfire_cap,
+                concurrency,
+                not paused,
+            ),
+        ).fetchone()
+    version = row["version"] if row else None
+    if as_json:
+        emit_json({"name": name, "version": version})
+    else:
+        click.echo(f"schedule {name} saved (version {version}); scanners pick it up at their next pass")
+
+
+@schedules.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List schedules with their next occurrence and last outcome."""
+    with state(ctx).connect() as conn:
+        rows = conn.execute("SELECT * FROM pgsched.schedule_status ORDER BY name").fetchall()
+    if as_json:
+        emit_json(rows)
+        return
+    emit_table(
+        rows,
+        [
+            "name",
+            "cron",
+            "timezone",
+            "task",
+            "queue",
+            "enabled",
+            "concurrency",
+            "next_fire_at",
+            "in_flight",
+            "last_state",
+            "last_error",
+        ],
+        title="schedules",
+    )
+
+
+@schedules.command("remove")
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def remove(ctx: click.Context, name: str) -> None:
+    """Remove schedule NAME and withdraw its occurrences that have not started."""
+    with state(ctx).connect() as conn:
+        row = conn.execute("SELECT pgsched.remove_schedule(%s) AS withdrawn", (name,)).fetchone()
+    if row is None or row["withdrawn"] is None:
+        click.echo(f"error: no schedule named {name!r}", err=True)
+        sys.exit(1)
+    click.echo(f"schedule {name} removed; {row['withdrawn']} waiting occurrences withdrawn")
+
+
+def _toggle(ctx: click.Context, name: str, function: str, done: str) -> None:
+    with state(ctx).connect() as conn:
+        row = conn.execute(f"SELECT pgsched.{function}(%s) AS ok", (name,)).fetchone()
+    if not row or not row["ok"]:
+        click.echo(f"error: no schedule named {name!r}", err=True)
+        sys.exit(1)
+    click.echo(f"schedule {name} {done}")
+
+
+@schedules.command("pause")
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def pause(ctx: click.Context, name: str) -> None:
+    """Stop NAME from firing; occurrences not yet due are withdrawn at the next scan."""
+    _toggle(ctx, name, "pause_schedule", "paused")
+
+
+@schedules.command("resume")
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def resume(ctx: click.Context, name: str) -> None:
+    """Let NAME fire again from now on (occurrences during the pause do not run)."""
+    _toggle(ctx, name, "resume_schedule", "resumed")
+
+
+@schedules.command("preview")
+@click.argument("name_or_cron")
+@click.option("--tz", default=None, help="Time zone when previewing a bare cron expression [default: UTC].")
+@click.option("--count", "-n", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--from", "start", default=None, help="Start instant (ISO 8601) [default: now].")
+@click.option("--gap", type=click.Choice(["run", "skip"]), default=None)
+@click.option("--overlap", type=click.Choice(["once", "twice"]), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def preview(
+    ctx: click.Context,
+    name_or_cron: str,
+    tz: str | None,
+    count: int,
+    start: str | None,
+    gap: str | None,
+    overlap: str | None,
+    as_json: bool,
+) -> None:
+    """Show the next fire times of a schedule (by name) or of a cron expression, local and UTC.
+
+    Occurrences affected by a DST change are marked, including those the
+    gap/overlap policies skip.
+    """
+    from pgsched import cron as cronlib
+
+    spec = _lookup(ctx, name_or_cron)
+    expr = spec["cron"] if spec else name_or_cron
+    zone = tz or (spec["timezone"] if spec else "UTC")
+    gap_policy = cronlib.GapPolicy(gap or (spec["gap_policy"] if spec else "run"))
+    overlap_policy = cronlib.OverlapPolicy(overlap or (spec["overlap_policy"] if spec else "once"))
+    begin = datetime.fromisoformat(start) if start else datetime.now(UTC)
+    if begin.tzinfo is None:
+        begin = begin.replace(tzinfo=UTC)
+    try:
+        rows = _preview_rows(cronlib, expr, zone, begin, count, gap_policy, overlap_policy)
+    except cronlib.CronError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME_OR_CRON / --tz") from exc
+    if as_json:
+        emit_json({"cron": expr, "timezone": zone, "occurrences": rows})
+        return
+    emit_table(rows, ["local", "utc", "decision", "dst", "nominal"], title=f"{expr}  ({zone})")
+
+
+def _lookup(ctx: click.Context, name: str) -> dict[str, Any] | None:
+    if " " in name.strip() or name.startswith("@"):
+        return None
+    with state(ctx).connect() as conn:
+        return conn.execute("SELECT * FROM pgsched.schedules WHERE name = %s", (name,)).fetchone()
+
+
+def _preview_rows(
+    cronlib: Any, expr: str, zone: str, begin: datetime, count: int, gap: Any, overlap: Any
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    last_offset: timedelta | None = None
+    window = timedelta(days=1)
+    cursor = begin
+    horizon = begin + timedelta(days=3660)
+    while len(rows) < count and cursor < horizon:
+        for occ, decision in cronlib.explain(expr, zone, cursor, cursor + window, gap=gap, overlap=overlap):
+            if decision == "skipped_duplicate":
+                continue
+            offset = occ.local.utcoffset()
+            dst = occ.dst or ""
+            if not dst and last_offset is not None and offset != last_offset:
+                dst = f"offset {_fmt_offset(last_offset)} -> {_fmt_offset(offset)}"
+            last_offset = offset
+            rows.append(
+                {
+                    "local": occ.local.isoformat(),
+                    "utc": occ.fire_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+                    "decision": decision,
+                    "dst": dst,
+                    "nominal": occ.nominal,
+                }
+            )
+            if len(rows) >= count:
+                break
+        cursor += window
+        window = min(window * 2, timedelta(days=366))
+    return rows
+
+
+def _fmt_offset(offset: timedelta | None) -> str:
+    if offset is None:
+        return "?"
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(schedules)
