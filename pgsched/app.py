@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
 import psycopg
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from pgsched import queries
@@ -269,17 +270,17 @@ class App:
     def _run(self, conn: psycopg.Connection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
         try:
             if conn is not None:
-                return conn.execute(query, params).fetchall()
+                return _fetch(conn, query, params)
             with self._lock:
                 if self._conn is None or self._conn.closed:
                     self._conn = self.connect()
                 try:
-                    return self._conn.execute(query, params).fetchall()
+                    return _fetch(self._conn, query, params)
                 except psycopg.OperationalError:
                     # A dropped connection: reconnect once and try again.
                     self._conn.close()
                     self._conn = self.connect()
-                    return self._conn.execute(query, params).fetchall()
+                    return _fetch(self._conn, query, params)
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 
@@ -382,6 +383,12 @@ class App:
         from pgsched.worker import Worker, WorkerOptions
 
         return Worker(self, WorkerOptions(**options)).run()
+
+
+def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
+    # Tuples whatever row factory the caller's connection uses.
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return cur.execute(query, params).fetchall()
 
 
 __all__ = ["App", "PgschedError", "ScheduleSpec"]

