@@ -395,18 +395,22 @@ $$;
 -- contract: a session confined to a tenant (its login role is a member of
 -- pgsched_tenant_scoped) may enqueue only for the tenant in the setting
 -- pgsched.tenant; with the setting missing it may enqueue nothing (fails
--- closed). Raises insufficient_privilege otherwise.
+-- closed). Superusers are members of every role but are never confined.
+-- Raises insufficient_privilege otherwise.
 CREATE OR REPLACE FUNCTION pgsched._check_tenant(p_tenant text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+DECLARE
+    v_setting text := nullif(pg_catalog.current_setting('pgsched.tenant', true), '');
 BEGIN
-    IF pg_catalog.pg_has_role(session_user, 'pgsched_tenant_scoped', 'MEMBER')
-       AND p_tenant IS DISTINCT FROM nullif(pg_catalog.current_setting('pgsched.tenant', true), '') THEN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+               WHERE r.rolname = session_user AND NOT r.rolsuper
+                 AND pg_catalog.pg_has_role(r.oid, 'pgsched_tenant_scoped', 'MEMBER'))
+       AND (v_setting IS NULL OR p_tenant IS DISTINCT FROM v_setting) THEN
         RAISE EXCEPTION 'pgsched: this role is confined to tenant %, not %',
-            coalesce(nullif(pg_catalog.current_setting('pgsched.tenant', true), ''), '(none set)'),
-            coalesce(p_tenant, '(none)')
+            coalesce(v_setting, '(none set)'), coalesce(p_tenant, '(none)')
             USING ERRCODE = 'insufficient_privilege';
     END IF;
 END
@@ -891,8 +895,10 @@ $$;
 --
 -- Shards are visited one statement each, starting at start_shard (workers
 -- rotate it), so concurrent claimers spread over partitions instead of
--- fighting for the same rows. Priority orders jobs within a shard; across
--- shards it holds within one rotation.
+-- fighting for the same rows; within a shard, each queue is one index scan
+-- in (priority DESC, run_at, id) order that stops after n rows, whatever the
+-- backlog. Queues take turns by the same rotation. Priority orders jobs
+-- within a shard and queue; across shards it holds within one rotation.
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -919,6 +925,8 @@ DECLARE
     v_left integer := claim.n;
     v_got integer;
     v_shard smallint;
+    v_queue text;
+    v_nq integer;
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
@@ -931,16 +939,20 @@ BEGIN
         RETURN;
     END IF;
 
-    FOR i IN 0 .. v_shards - 1 LOOP
-        v_shard := ((coalesce(claim.start_shard, 0) + i) % v_shards + v_shards) % v_shards;
+    v_nq := pg_catalog.cardinality(v_queues);
+
+    FOR i IN 0 .. v_shards * v_nq - 1 LOOP
+        v_shard := ((coalesce(claim.start_shard, 0) + i / v_nq) % v_shards + v_shards) % v_shards;
+        v_queue := v_queues[((coalesce(claim.start_shard, 0) + i) % v_nq + v_nq) % v_nq + 1];
         RETURN QUERY
         WITH due AS MATERIALIZED (
             SELECT j.id
             FROM pgsched.jobs j
             WHERE j.shard = v_shard
               AND j.state = 'available'
-              AND j.queue = ANY (v_queues)
-              AND j.labels <@ coalesce(claim.labels, '{}')
+              AND j.queue = v_queue
+              -- the first arm keeps the row estimate right (most jobs need no labels)
+              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
@@ -1111,7 +1123,9 @@ BEGIN
     IF tasks IS NULL OR pg_catalog.cardinality(tasks) = 0 THEN
         RETURN;
     END IF;
-    PERFORM pgsched._check_tenant(t) FROM unnest(tenants) t;
+    -- Every row is checked, also those whose tenant is missing or NULL.
+    PERFORM pgsched._check_tenant(x.tenant)
+    FROM (SELECT DISTINCT u.tenant FROM unnest(tasks, tenants) AS u(task, tenant)) x;
 
     WITH input AS MATERIALIZED (
         SELECT u.ord, u.task, u.args, u.queue, u.run_at, u.priority, u.key, u.max_attempts, u.tenant,

@@ -7,8 +7,10 @@
 --
 -- Shards are visited one statement each, starting at start_shard (workers
 -- rotate it), so concurrent claimers spread over partitions instead of
--- fighting for the same rows. Priority orders jobs within a shard; across
--- shards it holds within one rotation.
+-- fighting for the same rows; within a shard, each queue is one index scan
+-- in (priority DESC, run_at, id) order that stops after n rows, whatever the
+-- backlog. Queues take turns by the same rotation. Priority orders jobs
+-- within a shard and queue; across shards it holds within one rotation.
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -35,6 +37,8 @@ DECLARE
     v_left integer := claim.n;
     v_got integer;
     v_shard smallint;
+    v_queue text;
+    v_nq integer;
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
@@ -47,16 +51,20 @@ BEGIN
         RETURN;
     END IF;
 
-    FOR i IN 0 .. v_shards - 1 LOOP
-        v_shard := ((coalesce(claim.start_shard, 0) + i) % v_shards + v_shards) % v_shards;
+    v_nq := pg_catalog.cardinality(v_queues);
+
+    FOR i IN 0 .. v_shards * v_nq - 1 LOOP
+        v_shard := ((coalesce(claim.start_shard, 0) + i / v_nq) % v_shards + v_shards) % v_shards;
+        v_queue := v_queues[((coalesce(claim.start_shard, 0) + i) % v_nq + v_nq) % v_nq + 1];
         RETURN QUERY
         WITH due AS MATERIALIZED (
             SELECT j.id
             FROM pgsched.jobs j
             WHERE j.shard = v_shard
               AND j.state = 'available'
-              AND j.queue = ANY (v_queues)
-              AND j.labels <@ coalesce(claim.labels, '{}')
+              AND j.queue = v_queue
+              -- the first arm keeps the row estimate right (most jobs need no labels)
+              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
