@@ -126,7 +126,8 @@ class Completer:
                 if self._stop.is_set():
                     log.error(
                         "giving up on writing %d outcomes (%s); their leases will expire and the jobs will run again",
-                        len(completes) + len(others), exc,
+                        len(completes) + len(others),
+                        exc,
                     )
                     return
                 log.warning("writing outcomes failed (%s); retrying after reconnect", exc)

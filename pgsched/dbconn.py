@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable
@@ -15,8 +16,29 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Half-open TCP connections (a cut network, a frozen server) are found in
-# about 20 s instead of the kernel's two hours.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
+# about 20 s instead of the kernel's two hours. Keepalives only probe an idle
+# connection; tcp_user_timeout bounds a statement sent into a partition (data
+# left unacknowledged) to 30 s instead of the kernel's ~15 minutes of retries.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,
+}
+
+
+def connect_options(dsn: str, application_name: str) -> dict[str, Any]:
+    """Keepalives, and an application_name that names the connection's job in pg_stat_activity
+    (unless the DSN or PGAPPNAME already chose one)."""
+    options: dict[str, Any] = dict(KEEPALIVES)
+    try:
+        chosen = "application_name" in psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        chosen = False  # connect() reports a bad DSN
+    if not chosen and not os.environ.get("PGAPPNAME"):
+        options["application_name"] = application_name[:63]
+    return options
 
 
 class Reconnecting:
@@ -44,9 +66,7 @@ class Reconnecting:
         self._failures = 0
 
     def _open(self) -> psycopg.Connection[Any]:
-        kwargs: dict[str, Any] = dict(KEEPALIVES)
-        if self.dsn.startswith(("postgres://", "postgresql://")) or "=" not in self.dsn:
-            kwargs["application_name"] = f"pgsched {self.purpose}"
+        kwargs = connect_options(self.dsn, f"pgsched {self.purpose}")
         conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, **kwargs)
         if not self.prepare:
             conn.prepare_threshold = None
@@ -83,7 +103,7 @@ class Reconnecting:
         if self.conn is not None:
             try:
                 self.conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
+            except Exception:
                 pass
         self.conn = None
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import inspect
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pgsched.errors import LeaseLost
 from pgsched.job import JobContext, _current
@@ -19,17 +21,34 @@ log = logging.getLogger(__name__)
 
 Resolve = Callable[[str], "Task[Any, Any] | None"]
 Done = Callable[[JobContext, Outcome], None]
+T = TypeVar("T")
 
 
-def run_sync(task: Task[Any, Any] | None, ctx: JobContext) -> Outcome:
-    """Run one job's handler in this thread and say what should happen to the job."""
+def run_sync(
+    task: Task[Any, Any] | None,
+    ctx: JobContext,
+    await_value: Callable[[Awaitable[Any]], Any] | None = None,
+) -> Outcome:
+    """Run one job's handler in this thread and say what should happen to the job.
+
+    A plain function that returns an awaitable (a sync decorator around an
+    ``async def``) has it awaited through ``await_value``, so the work runs
+    instead of being completed unstarted.
+    """
     job = ctx.job
     if task is None:
         return Outcome(job, Kind.DEAD, error=f"unknown task {job.task!r}: no handler is registered under this name")
     token = _current.set(ctx)
     try:
-        return success(job, task.call_handler(ctx))
-    except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
+        value = task.call_handler(ctx)
+        if await_value is not None and inspect.isawaitable(value):
+            value = await_value(value)
+        return success(job, value)
+    except (asyncio.CancelledError, concurrent.futures.CancelledError):
+        if ctx.lease_lost:
+            return Outcome(job, Kind.DISCARD, error="lease lost")
+        return from_exception(job, _cancelled(ctx), datetime.now(UTC))
+    except BaseException as exc:
         return from_exception(job, exc, datetime.now(UTC))
     finally:
         _current.reset(token)
@@ -47,7 +66,7 @@ async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
         if ctx.lease_lost:
             return Outcome(job, Kind.DISCARD, error="lease lost")
         return from_exception(job, _cancelled(ctx), datetime.now(UTC))
-    except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
+    except BaseException as exc:
         return from_exception(job, exc, datetime.now(UTC))
     finally:
         _current.reset(token)
@@ -62,7 +81,12 @@ def _cancelled(ctx: JobContext) -> BaseException:
 
 
 class Executor:
-    """Slots for running handlers. ``submit`` never blocks; the worker bounds what it submits."""
+    """Slots for running handlers. ``submit`` never blocks; the worker bounds what it submits.
+
+    Every job waits in one queue for one of ``concurrency`` slots, whatever its
+    kind: a slot runs a sync handler itself, or hands a coroutine to the event
+    loop and waits for it, so sync and async handlers share the same limit.
+    """
 
     def __init__(self, concurrency: int, resolve: Resolve, done: Done) -> None:
         self._resolve = resolve
@@ -73,8 +97,9 @@ class Executor:
             for i in range(concurrency)
         ]
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
         self._loop_thread: threading.Thread | None = None
-        self._tasks: dict[int, asyncio.Task[Outcome]] = {}
+        self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._started = threading.Event()
 
     def start(self) -> None:
@@ -82,13 +107,14 @@ class Executor:
             thread.start()
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            self._loop_thread = threading.Thread(target=self._run_loop, name="pgsched-async", daemon=True)
-            self._loop_thread.start()
-            self._started.wait()
-        return self._loop
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._loop = loop
+                self._loop_thread = threading.Thread(target=self._run_loop, name="pgsched-async", daemon=True)
+                self._loop_thread.start()
+                self._started.wait()
+            return self._loop
 
     def _run_loop(self) -> None:
         assert self._loop is not None
@@ -97,23 +123,38 @@ class Executor:
         self._loop.run_forever()
 
     def submit(self, ctx: JobContext) -> None:
+        self._queue.put(ctx)
+
+    def _run(self, ctx: JobContext) -> Outcome:
         task = self._resolve(ctx.job.task)
+        if ctx.cancel_requested:
+            # Cancelled (or lost) while it waited for a slot: do not start it.
+            return _stopped_before_start(ctx)
         if task is not None and task.is_async:
-            loop = self._ensure_loop()
-            loop.call_soon_threadsafe(self._start_async, task, ctx)
-        else:
-            self._queue.put(ctx)
+            try:
+                return self._on_loop(ctx, run_async(task, ctx))
+            except (asyncio.CancelledError, concurrent.futures.CancelledError):
+                return _stopped_before_start(ctx)
+        return run_sync(task, ctx, lambda awaitable: self._on_loop(ctx, _await(awaitable)))
 
-    def _start_async(self, task: Task[Any, Any], ctx: JobContext) -> None:
-        assert self._loop is not None
-        running = self._loop.create_task(run_async(task, ctx))
-        self._tasks[ctx.id] = running
+    def _on_loop(self, ctx: JobContext, coro: Coroutine[Any, Any, T]) -> T:
+        """Run coro on the event loop as ctx's job (cancel_async reaches it), holding this slot until it ends."""
+        return asyncio.run_coroutine_threadsafe(self._tracked(ctx, coro), self._ensure_loop()).result()
 
-        def finished(t: asyncio.Task[Outcome]) -> None:
+    async def _tracked(self, ctx: JobContext, coro: Coroutine[Any, Any, T]) -> T:
+        # Registered before the first await, on the loop: cancel_async() either
+        # finds this task, or ran before it and had already set the context.
+        current = asyncio.current_task()
+        assert current is not None
+        self._tasks[ctx.id] = current
+        _current.set(ctx)  # this task's own copy of the context
+        try:
+            if ctx.cancel_requested:
+                coro.close()
+                raise asyncio.CancelledError
+            return await coro
+        finally:
             self._tasks.pop(ctx.id, None)
-            self._done(ctx, t.result())
-
-        running.add_done_callback(finished)
 
     def cancel_async(self, job_id: int) -> None:
         """Cancel the coroutine of a job, if it is one (sync handlers watch their context instead)."""
@@ -129,7 +170,7 @@ class Executor:
         loop.call_soon_threadsafe(cancel)
 
     def take_unstarted(self) -> list[JobContext]:
-        """Remove and return the jobs that wait for a thread (for handing back at shutdown)."""
+        """Remove and return the jobs that wait for a slot (for handing back at shutdown)."""
         taken: list[JobContext] = []
         while True:
             try:
@@ -144,7 +185,7 @@ class Executor:
             ctx = self._queue.get()
             if ctx is None:
                 return
-            outcome = run_sync(self._resolve(ctx.job.task), ctx)
+            outcome = self._run(ctx)
             try:
                 self._done(ctx, outcome)
             except Exception:  # pragma: no cover - a bug in the worker, keep the thread alive
@@ -153,5 +194,23 @@ class Executor:
     def shutdown(self) -> None:
         for _ in self._threads:
             self._queue.put(None)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        loop = self._loop
+        if loop is not None:
+
+            def stop() -> None:
+                # Whatever still runs was handed back already; its outcome is discarded.
+                for running in list(self._tasks.values()):
+                    running.cancel()
+                loop.call_later(0.05, loop.stop)
+
+            loop.call_soon_threadsafe(stop)
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _stopped_before_start(ctx: JobContext) -> Outcome:
+    if ctx.lease_lost:
+        return Outcome(ctx.job, Kind.DISCARD, error="lease lost")
+    return from_exception(ctx.job, _cancelled(ctx), datetime.now(UTC))

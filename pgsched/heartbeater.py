@@ -24,7 +24,10 @@ class Heartbeater:
     lease is no longer held, ``on_lost(job_id)`` is called; for each job whose
     cancellation was requested, ``on_cancel(job_id)``. When no heartbeat has
     succeeded for a whole lease, every held job is reported lost, since the
-    database may have handed them to someone else.
+    database may have handed them to someone else. That holds also when the
+    heartbeat neither succeeds nor fails but hangs (a network partition, a
+    frozen server: nothing errors until TCP gives up, minutes later): a
+    watchdog thread, which touches no connection, tells the handlers then.
     """
 
     def __init__(
@@ -51,11 +54,14 @@ class Heartbeater:
         self._stop = stop
         self._kick = threading.Event()
         self._last_ok = time.monotonic()
+        self._in_flight = False  # a beat() is waiting for the database
         self.beats = 0
         self._thread = threading.Thread(target=self._loop, name="pgsched-heartbeat", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch, name="pgsched-heartbeat-watchdog", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._watchdog.start()
 
     def kick(self) -> None:
         """Beat now (e.g. right after a claim, so a cancel requested early is seen early)."""
@@ -84,6 +90,20 @@ class Heartbeater:
             except psycopg.Error:
                 log.exception("heartbeat failed")
 
+    def _watch(self) -> None:
+        """Report every held job lost once a beat has hung for longer than the lease allows."""
+        warned = False
+        while not self._stop.wait(min(self._interval, 1.0)):
+            silent = time.monotonic() - self._last_ok
+            if self._in_flight and silent > self._lease_s:
+                if not warned:
+                    log.warning("heartbeat stuck for %.1fs (no answer from the database): leases presumed lost", silent)
+                    warned = True
+                for job_id, _token in self._held():
+                    self._on_lost(job_id)
+            elif not self._in_flight:
+                warned = False
+
     def beat(self) -> None:
         pairs = self._held()
         started = time.monotonic()
@@ -94,7 +114,11 @@ class Heartbeater:
                 ([p[0] for p in pairs], [p[1] for p in pairs], self._lease, self._worker),
             ).fetchall()
 
-        rows = self._db.call(run)
+        self._in_flight = True
+        try:
+            rows = self._db.call(run)
+        finally:
+            self._in_flight = False
         self._last_ok = started
         self.beats += 1
         for job_id, held, cancel_requested in rows:

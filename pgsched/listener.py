@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import psycopg
 
-from pgsched.dbconn import KEEPALIVES
+from pgsched.dbconn import connect_options
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,8 @@ class Listener:
         failures = 0
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **KEEPALIVES) as conn:  # type: ignore[arg-type]
+                options = connect_options(self._dsn, "pgsched listener")
+                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **options) as conn:
                     self._conn = conn
                     conn.execute(f"LISTEN {self._channel}")
                     if self.available is None:
@@ -99,7 +100,8 @@ class Listener:
     def _listen(self, conn: psycopg.Connection[object]) -> None:
         last_check = time.monotonic()
         while not self._stop.is_set():
-            for note in conn.notifies(timeout=1.0):
+            # Short waits: close() is noticed within one (notifies() cannot be interrupted).
+            for note in conn.notifies(timeout=0.25):
                 if note.payload in self._queues or not note.payload:
                     self._wake()
             if time.monotonic() - last_check > 10.0:

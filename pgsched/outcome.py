@@ -44,7 +44,9 @@ def success(job: ClaimedJob, value: Any) -> Outcome:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         log.warning(
-            "job %s: result is not JSON-serializable (%s); storing none", job.id, exc,
+            "job %s: result is not JSON-serializable (%s); storing none",
+            job.id,
+            exc,
             extra={"job_id": job.id, "task": job.task},
         )
         return Outcome(job, Kind.COMPLETE)

@@ -150,13 +150,16 @@ class Scanner:
         if self._notified.is_set():
             self._notified.clear()
             self._refresh_due()
+        if self._next_expand == 0.0:
+            # Shards just gained: decide the occurrences missed while nobody held them before
+            # promoting the ones expanded earlier, so the misfire policy sees all of them at once.
+            self._expand(now)
         for shard_no, shard in list(self._shards.items()):
             if shard.due <= now or shard.next_scan <= now:
                 self._scan(shard_no, shard)
         now = time.monotonic()
         if now >= self._next_expand:
-            self._next_expand = now + self.options.expansion_interval
-            self.expand_schedules()
+            self._expand(now)
         if now >= self._next_maintain:
             self._next_maintain = now + self.options.maintain_interval
             self._db.call(lambda c: c.execute("SELECT pgsched.maintain()"))
@@ -166,6 +169,10 @@ class Scanner:
             + [min(s.due, s.next_scan) for s in self._shards.values()]
         )
         return max(0.0, wake_at - now)
+
+    def _expand(self, now: float) -> None:
+        self._next_expand = now + self.options.expansion_interval
+        self.expand_schedules()
 
     def _renew(self) -> None:
         lease = timedelta(seconds=self.options.lease)

@@ -109,9 +109,7 @@ class Task(Generic[P, R]):
 
     def bind_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map call arguments to the JSON object stored in the job (parameter name -> value)."""
-        params = {
-            name: p for name, p in self.signature.parameters.items() if name != self.context_param
-        }
+        params = {name: p for name, p in self.signature.parameters.items() if name != self.context_param}
         sig = self.signature.replace(parameters=list(params.values()))
         try:
             bound = sig.bind(*args, **kwargs)
@@ -187,8 +185,10 @@ class BoundTask:
 def _context_parameter(sig: inspect.Signature) -> str | None:
     for name, param in sig.parameters.items():
         annotation = param.annotation
-        if annotation is JobContext or annotation == "JobContext" or (
-            isinstance(annotation, str) and annotation.endswith(".JobContext")
+        if (
+            annotation is JobContext
+            or annotation == "JobContext"
+            or (isinstance(annotation, str) and annotation.endswith(".JobContext"))
         ):
             return name
     return None

@@ -33,6 +33,7 @@ from pgsched.executor import Executor
 from pgsched.heartbeater import Heartbeater
 from pgsched.job import ClaimedJob, JobContext
 from pgsched.listener import Listener
+from pgsched.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.outcome import Kind, Outcome
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class WorkerOptions:
     completion_flush_interval: float = 0.002
     max_claim: int = 1000
     check_schema: bool = True
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     stats: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -75,6 +77,8 @@ class WorkerOptions:
             raise ConfigurationError("the heartbeat interval must be shorter than the lease")
         if self.poll_interval <= 0:
             raise ConfigurationError("the poll interval must be positive")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError("the metrics port must be between 0 and 65535")
 
 
 def default_worker_name() -> str:
@@ -94,6 +98,8 @@ class Worker:
         )
         self._threshold = max(1, min(self.capacity // 2, self.options.concurrency))
         self._held: dict[int, JobContext] = {}
+        self._handing_back: set[int] = set()  # asked to stop by shutdown
+        self._stopped: list[JobContext] = []  # stopped when asked: hand back, do not fail
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()  # stop claiming
@@ -109,6 +115,11 @@ class Worker:
         self._next_housekeeping = 0.0
         self._next_expiry = 0.0
         self._next_maintain = 0.0
+        self._last_claim = 0.0
+        self.metrics = WorkerMetrics(
+            name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
+        )
+        self._metrics_server: MetricsServer | None = None
 
     # -- lifecycle -------------------------------------------------------
 
@@ -139,6 +150,7 @@ class Worker:
             signal.signal(signal.SIGINT, self._on_signal)
         self._claim_db = Reconnecting(dsn, purpose=f"worker {self.name}", stop=self._stopping, prepare=opts.prepare)
         self._startup(self._claim_db.get())
+        self._start_metrics()
         self._completer = Completer(
             dsn,
             stop=self._giving_up,
@@ -177,6 +189,23 @@ class Worker:
             self._shutdown()
         return 0
 
+    def _start_metrics(self) -> None:
+        if self.options.metrics_port is None:
+            return
+        self._metrics_server = MetricsServer(worker_registry(self.metrics), port=self.options.metrics_port)
+        try:
+            port = self._metrics_server.start()
+        except Exception:
+            if self._claim_db is not None:
+                self._claim_db.close()
+            raise
+        log.info("worker %s: Prometheus metrics on port %d at /metrics", self.name, port)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port serving this worker's /metrics (None when not serving)."""
+        return None if self._metrics_server is None else self._metrics_server.port
+
     def _startup(self, conn: psycopg.Connection[Any]) -> None:
         import json
 
@@ -210,9 +239,15 @@ class Worker:
             self._wake.clear()
             try:
                 self._housekeeping()
-                free = self.capacity - len(self._held)
+                held = len(self._held)
+                free = self.capacity - held
                 claimed = 0
-                if free >= self._threshold or (free > 0 and not self._held):
+                # Claim a batch once enough slots are free; fewer only when a
+                # handler slot has been idle for a poll interval (behind long
+                # jobs, the batch might never fill).
+                idle_slot = held < opts.concurrency and time.monotonic() - self._last_claim >= opts.poll_interval
+                if free >= self._threshold or (free > 0 and (held == 0 or idle_slot)):
+                    self._last_claim = time.monotonic()
                     claimed = self._claim(min(free, opts.max_claim))
                     if claimed == min(free, opts.max_claim):
                         continue  # there is more: claim again as soon as slots free up
@@ -244,7 +279,9 @@ class Worker:
                     ),
                 ).fetchall()
 
+        started = time.perf_counter()
         jobs = self._claim_db.call(run)
+        self.metrics.claim_seconds.observe(time.perf_counter() - started)
         if not jobs:
             return 0
         contexts = [JobContext(job=job, worker=self.name) for job in jobs]
@@ -252,6 +289,7 @@ class Worker:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
+        self.metrics.count_claimed((job.queue, job.task) for job in jobs)
         for ctx in contexts:
             self._executor.submit(ctx)
         return len(jobs)
@@ -294,8 +332,16 @@ class Worker:
                 extra={"job_id": ctx.id, "task": ctx.task},
             )
             outcome = Outcome(ctx.job, Kind.DISCARD)
+        if outcome.kind is Kind.FAIL and ctx.id in self._handing_back:
+            # It failed because shutdown asked it to stop (JobCancelled,
+            # CancelledError): hand it back without spending an attempt.
+            with self._lock:
+                if self._held.pop(ctx.id, None) is not None:
+                    self._stopped.append(ctx)
+            return
         if outcome.kind is Kind.DISCARD:
             self.counts["lost"] += 1
+            self.metrics.count(ctx.queue, ctx.task, "lost")
         else:
             assert self._completer is not None
             self._completer.submit(outcome)
@@ -308,6 +354,7 @@ class Worker:
     def _on_written(self, outcome: Outcome, state: str) -> None:
         job = outcome.job
         extra = {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
+        self.metrics.count(job.queue, job.task, _OUTCOMES.get(state) or _retry_outcome(outcome))
         if state == "completed":
             self.counts["completed"] += 1
         elif state == "lease_lost":
@@ -385,6 +432,7 @@ class Worker:
             # Ask the handlers to stop, give them a moment, then hand the jobs back.
             with self._lock:
                 running = list(self._held.values())
+                self._handing_back.update(ctx.id for ctx in running)
             for ctx in running:
                 ctx._request_cancel()
                 self._executor.cancel_async(ctx.id)
@@ -394,9 +442,10 @@ class Worker:
             with self._lock:
                 left = list(self._held.values())
                 self._held.clear()
-            for ctx in left:
-                ctx._mark_lease_lost()  # whatever they return now is discarded
-            self._release(left, "still running at the shutdown timeout")
+                for ctx in left:
+                    ctx._mark_lease_lost()  # whatever they return now is discarded
+                stopped, self._stopped = self._stopped, []
+            self._release(stopped + left, "stopped, or still running, at the shutdown timeout")
 
         if self._completer is not None and not self._completer.close(timeout=10.0):
             log.error("some outcomes could not be written; those jobs will run again after their lease")
@@ -412,6 +461,8 @@ class Worker:
             except psycopg.Error as exc:
                 log.warning("could not unregister worker %s: %s", self.name, exc)
             self._claim_db.close()
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
         log.info("worker %s stopped: %s", self.name, self.counts)
 
     def _release(self, contexts: list[JobContext], why: str) -> None:
@@ -424,6 +475,14 @@ class Worker:
             log.info("handed back %d jobs (%s): %s", len(rows), why, dict(rows) if len(rows) <= 20 else "...")
         except psycopg.Error as exc:
             log.error("could not hand back %d jobs (%s): %s; their leases will expire", len(ids), why, exc)
+
+
+# pgsched_worker_jobs_total{outcome} for the states complete()/fail()/snooze() report.
+_OUTCOMES = {"completed": "completed", "lease_lost": "lost", "dead": "dead", "cancelled": "cancelled"}
+
+
+def _retry_outcome(outcome: Outcome) -> str:
+    return "snoozed" if outcome.kind is Kind.SNOOZE else "retried"
 
 
 def _first_line(text: str | None) -> str:

@@ -628,11 +628,14 @@ $$;
 
 -- functions/_withdraw.sql
 -- _withdraw
--- contract: removes the occurrences of p_schedule that have not started and
--- are due at or after p_from: their jobs leave pgsched.jobs (never run, not
+-- contract: removes the occurrences of p_schedule that have not started
+-- (waiting to be due or queued for a worker, never attempted) and are due at
+-- or after p_from: their jobs leave pgsched.jobs (never run, not
 -- filed as history), their idempotency keys are released so a re-expansion
 -- can create the same instants again, and their occurrence rows say
--- 'withdrawn' with p_reason. Returns how many were withdrawn.
+-- 'withdrawn' with p_reason. Occurrences from p_from on that the DST
+-- policies decided not to fire (no job) are withdrawn too, so the next
+-- expansion decides them afresh. Returns how many jobs were withdrawn.
 CREATE OR REPLACE FUNCTION pgsched._withdraw(
     p_schedule text,
     p_from     timestamptz,
@@ -648,7 +651,8 @@ DECLARE
 BEGIN
     WITH gone AS (
         DELETE FROM pgsched.jobs j
-        WHERE j.schedule = p_schedule AND j.state = 'scheduled' AND j.run_at >= p_from
+        WHERE j.schedule = p_schedule AND j.state IN ('scheduled', 'available') AND j.attempt = 0
+          AND j.run_at >= p_from
         RETURNING j.id, j.idempotency_key, j.run_at
     ), keys AS (
         DELETE FROM pgsched.idempotency_keys k
@@ -659,6 +663,11 @@ BEGIN
         SET decision = 'withdrawn', reason = p_reason, decided_at = p_now
         FROM gone g
         WHERE o.schedule = p_schedule AND o.job_id = g.id
+    ), reopened AS (
+        UPDATE pgsched.schedule_occurrences o
+        SET decision = 'withdrawn', reason = p_reason, decided_at = p_now
+        WHERE o.schedule = p_schedule AND o.fire_at >= p_from AND o.job_id IS NULL
+          AND o.decision IN ('skipped_gap', 'skipped_dst_overlap')
     )
     SELECT pg_catalog.count(*) INTO v_count FROM gone;
     RETURN v_count;
@@ -834,7 +843,8 @@ $$;
 -- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
 -- had already succeeded. A finished job is left as it is
 -- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
--- returns 'not_found'.
+-- returns 'not_found', as does a job of another tenant for a session
+-- confined to one (see _check_tenant).
 CREATE OR REPLACE FUNCTION pgsched.cancel(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -847,7 +857,22 @@ DECLARE
     v_now timestamptz := coalesce(p_now, pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
+    v_tenant text;
 BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = cancel.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = cancel.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
     -- A job can move between waiting and running while we look (a claim, a
     -- retry); each statement is fenced on state, so try the pair again.
     FOR i IN 1 .. 3 LOOP
@@ -1127,13 +1152,18 @@ BEGIN
     PERFORM pgsched._check_tenant(x.tenant)
     FROM (SELECT DISTINCT u.tenant FROM unnest(tasks, tenants) AS u(task, tenant)) x;
 
-    WITH input AS MATERIALIZED (
+    WITH numbered AS MATERIALIZED (
+        -- ids are drawn while the input is read in order, so they grow in
+        -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, u.queue, u.run_at, u.priority, u.key, u.max_attempts, u.tenant,
-               pg_catalog.nextval('pgsched.jobs_id_seq') AS id,
-               -- only the first row of a key in this batch is inserted
-               u.key IS NULL OR u.ord = pg_catalog.min(u.ord) OVER (PARTITION BY u.key) AS first_of_key
+               pg_catalog.nextval('pgsched.jobs_id_seq') AS id
         FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants)
              WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, ord)
+    ), input AS MATERIALIZED (
+        SELECT n.*,
+               -- only the first row of a key in this batch is inserted
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
+        FROM numbered n
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
             (id, shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, tenant)
@@ -1143,7 +1173,9 @@ BEGIN
                coalesce(i.priority, 0), coalesce(i.run_at, v_now), i.key, i.max_attempts, i.tenant
         FROM input i
         WHERE i.first_of_key
-        ORDER BY i.ord
+        -- Keys are taken in key order, so concurrent batches sharing keys
+        -- wait for each other instead of deadlocking.
+        ORDER BY i.key, i.ord
         RETURNING j.id
     )
     SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
@@ -1188,6 +1220,7 @@ DECLARE
     v_count integer;
     v_job pgsched.jobs;
     v_expired record;
+    v_outcome pgsched.job_state;
 BEGIN
     WITH expired AS MATERIALIZED (
         SELECT j.id, j.shard, j.lease_token, j.leased_by, j.lease_expires_at
@@ -1238,9 +1271,13 @@ BEGIN
           AND j.state = 'running' AND j.lease_expires_at < v_now
         RETURNING j.* INTO v_job;
         IF FOUND THEN
+            v_outcome := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
+            PERFORM pgsched._event(v_job.id, v_now, 'lease_expired', v_job.attempt, v_job.leased_by,
+                v_job.lease_token,
+                pg_catalog.jsonb_build_object('lease_expires_at', v_job.lease_expires_at, 'outcome', v_outcome));
             PERFORM pgsched._finish(
                 v_job,
-                CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END::pgsched.job_state,
+                v_outcome,
                 v_now,
                 pg_catalog.format('lease expired at %s (worker %s) after attempt %s of %s',
                                   v_job.lease_expires_at, v_job.leased_by, v_job.attempt, v_job.max_attempts),
@@ -1381,9 +1418,10 @@ $$;
 -- from any number of processes at once (they take turns on a
 -- transaction-scoped advisory lock, so it also works through PgBouncer):
 -- creates day partitions of job_history and job_events from yesterday to
--- partitions_ahead days ahead, drops the partitions older than their
--- retention, forgets idempotency keys whose retention ran out and workers
--- unseen for a day. Returns what it did as one JSON object.
+-- partitions_ahead days ahead, and for any day whose rows wait in a default
+-- partition; drops the partitions older than their retention; forgets
+-- idempotency keys whose retention ran out and workers unseen for a day.
+-- Returns what it did as one JSON object.
 CREATE OR REPLACE FUNCTION pgsched.maintain(p_now timestamptz DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -1399,11 +1437,23 @@ DECLARE
     v_workers integer;
     v_part record;
     v_retention interval;
+    v_day date;
 BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.maintain')) THEN
         RETURN pg_catalog.jsonb_build_object('skipped', 'another maintain() is running');
     END IF;
     SELECT * INTO v_config FROM pgsched.config;
+
+    -- Rows written while their day had no partition (maintain() did not run
+    -- for a while, or a caller passed a time outside the window) wait in the
+    -- default partitions; give their days partitions too, so they are filed
+    -- and retention reaches them. Normally the default partitions are empty.
+    FOR v_day IN SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date FROM pgsched.job_history_default h LOOP
+        IF pgsched._ensure_day_partition('job_history', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+    FOR v_day IN SELECT DISTINCT (e.at AT TIME ZONE 'UTC')::date FROM pgsched.job_events_default e LOOP
+        IF pgsched._ensure_day_partition('job_events', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
 
     FOR d IN -1 .. v_config.partitions_ahead LOOP
         IF pgsched._ensure_day_partition('job_history', v_today + d) THEN v_created := v_created + 1; END IF;
@@ -1828,7 +1878,8 @@ $$;
 -- install default) on top of the attempts it used: the attempt counter keeps
 -- growing across redrives. Its history rows stay. Returns
 -- 'retried', 'active' (the job is queued or running already),
--- 'not_retryable' (it completed) or 'not_found'.
+-- 'not_retryable' (it completed) or 'not_found' (also for a job of another
+-- tenant when the session is confined to one, see _check_tenant).
 CREATE OR REPLACE FUNCTION pgsched.retry(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -1841,7 +1892,22 @@ DECLARE
     v_now timestamptz := coalesce(p_now, pg_catalog.now());
     v_last pgsched.job_history;
     v_id bigint;
+    v_tenant text;
 BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = retry.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = retry.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
     IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
         RETURN 'active';
     END IF;

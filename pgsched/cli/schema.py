@@ -8,8 +8,12 @@ from pgsched.cli.common import emit_json, handle_errors, state
 
 
 @click.command()
-@click.option("--shards", type=click.IntRange(1, 256), default=None,
-              help="Number of shards of pgsched.jobs, fixed at install (default 8). Ignored on upgrade.")
+@click.option(
+    "--shards",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Number of shards of pgsched.jobs, fixed at install (default 8). Ignored on upgrade.",
+)
 @click.option("--revision", default="head", show_default=True, help="Alembic revision to upgrade to.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context

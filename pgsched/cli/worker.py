@@ -63,6 +63,13 @@ def _split(value: str) -> list[str]:
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN (e.g. behind PgBouncer transaction pooling); poll.")
 @click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
 @click.option("--no-housekeeping", is_flag=True, help="Leave promoting due jobs and expiring dead leases to scanners.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve this worker's Prometheus metrics at http://0.0.0.0:PORT/metrics (queue-wide gauges: dashboard).",
+)
 @click.pass_context
 @handle_errors
 def worker(
@@ -80,6 +87,7 @@ def worker(
     no_listen: bool,
     no_prepare: bool,
     no_housekeeping: bool,
+    metrics_port: int | None,
 ) -> None:
     """Run a worker: claim due jobs of QUEUES and run their handlers.
 
@@ -106,6 +114,7 @@ def worker(
         listen=not no_listen,
         prepare=not no_prepare,
         housekeeping=not no_housekeeping,
+        metrics_port=metrics_port,
     )
     sys.exit(Worker(app, options).run())
 

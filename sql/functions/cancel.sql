@@ -5,7 +5,8 @@
 -- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
 -- had already succeeded. A finished job is left as it is
 -- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
--- returns 'not_found'.
+-- returns 'not_found', as does a job of another tenant for a session
+-- confined to one (see _check_tenant).
 CREATE OR REPLACE FUNCTION pgsched.cancel(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -18,7 +19,22 @@ DECLARE
     v_now timestamptz := coalesce(p_now, pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
+    v_tenant text;
 BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = cancel.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = cancel.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
     -- A job can move between waiting and running while we look (a claim, a
     -- retry); each statement is fenced on state, so try the pair again.
     FOR i IN 1 .. 3 LOOP

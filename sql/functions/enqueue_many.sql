@@ -26,15 +26,22 @@ BEGIN
     IF tasks IS NULL OR pg_catalog.cardinality(tasks) = 0 THEN
         RETURN;
     END IF;
-    PERFORM pgsched._check_tenant(t) FROM unnest(tenants) t;
+    -- Every row is checked, also those whose tenant is missing or NULL.
+    PERFORM pgsched._check_tenant(x.tenant)
+    FROM (SELECT DISTINCT u.tenant FROM unnest(tasks, tenants) AS u(task, tenant)) x;
 
-    WITH input AS MATERIALIZED (
+    WITH numbered AS MATERIALIZED (
+        -- ids are drawn while the input is read in order, so they grow in
+        -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, u.queue, u.run_at, u.priority, u.key, u.max_attempts, u.tenant,
-               pg_catalog.nextval('pgsched.jobs_id_seq') AS id,
-               -- only the first row of a key in this batch is inserted
-               u.key IS NULL OR u.ord = pg_catalog.min(u.ord) OVER (PARTITION BY u.key) AS first_of_key
+               pg_catalog.nextval('pgsched.jobs_id_seq') AS id
         FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants)
              WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, ord)
+    ), input AS MATERIALIZED (
+        SELECT n.*,
+               -- only the first row of a key in this batch is inserted
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
+        FROM numbered n
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
             (id, shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, tenant)
@@ -44,7 +51,9 @@ BEGIN
                coalesce(i.priority, 0), coalesce(i.run_at, v_now), i.key, i.max_attempts, i.tenant
         FROM input i
         WHERE i.first_of_key
-        ORDER BY i.ord
+        -- Keys are taken in key order, so concurrent batches sharing keys
+        -- wait for each other instead of deadlocking.
+        ORDER BY i.key, i.ord
         RETURNING j.id
     )
     SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),

@@ -23,6 +23,7 @@ DECLARE
     v_count integer;
     v_job pgsched.jobs;
     v_expired record;
+    v_outcome pgsched.job_state;
 BEGIN
     WITH expired AS MATERIALIZED (
         SELECT j.id, j.shard, j.lease_token, j.leased_by, j.lease_expires_at
@@ -73,9 +74,13 @@ BEGIN
           AND j.state = 'running' AND j.lease_expires_at < v_now
         RETURNING j.* INTO v_job;
         IF FOUND THEN
+            v_outcome := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
+            PERFORM pgsched._event(v_job.id, v_now, 'lease_expired', v_job.attempt, v_job.leased_by,
+                v_job.lease_token,
+                pg_catalog.jsonb_build_object('lease_expires_at', v_job.lease_expires_at, 'outcome', v_outcome));
             PERFORM pgsched._finish(
                 v_job,
-                CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END::pgsched.job_state,
+                v_outcome,
                 v_now,
                 pg_catalog.format('lease expired at %s (worker %s) after attempt %s of %s',
                                   v_job.lease_expires_at, v_job.leased_by, v_job.attempt, v_job.max_attempts),

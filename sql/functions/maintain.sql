@@ -3,9 +3,10 @@
 -- from any number of processes at once (they take turns on a
 -- transaction-scoped advisory lock, so it also works through PgBouncer):
 -- creates day partitions of job_history and job_events from yesterday to
--- partitions_ahead days ahead, drops the partitions older than their
--- retention, forgets idempotency keys whose retention ran out and workers
--- unseen for a day. Returns what it did as one JSON object.
+-- partitions_ahead days ahead, and for any day whose rows wait in a default
+-- partition; drops the partitions older than their retention; forgets
+-- idempotency keys whose retention ran out and workers unseen for a day.
+-- Returns what it did as one JSON object.
 CREATE OR REPLACE FUNCTION pgsched.maintain(p_now timestamptz DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -21,11 +22,23 @@ DECLARE
     v_workers integer;
     v_part record;
     v_retention interval;
+    v_day date;
 BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.maintain')) THEN
         RETURN pg_catalog.jsonb_build_object('skipped', 'another maintain() is running');
     END IF;
     SELECT * INTO v_config FROM pgsched.config;
+
+    -- Rows written while their day had no partition (maintain() did not run
+    -- for a while, or a caller passed a time outside the window) wait in the
+    -- default partitions; give their days partitions too, so they are filed
+    -- and retention reaches them. Normally the default partitions are empty.
+    FOR v_day IN SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date FROM pgsched.job_history_default h LOOP
+        IF pgsched._ensure_day_partition('job_history', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+    FOR v_day IN SELECT DISTINCT (e.at AT TIME ZONE 'UTC')::date FROM pgsched.job_events_default e LOOP
+        IF pgsched._ensure_day_partition('job_events', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
 
     FOR d IN -1 .. v_config.partitions_ahead LOOP
         IF pgsched._ensure_day_partition('job_history', v_today + d) THEN v_created := v_created + 1; END IF;

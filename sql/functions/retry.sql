@@ -4,7 +4,8 @@
 -- install default) on top of the attempts it used: the attempt counter keeps
 -- growing across redrives. Its history rows stay. Returns
 -- 'retried', 'active' (the job is queued or running already),
--- 'not_retryable' (it completed) or 'not_found'.
+-- 'not_retryable' (it completed) or 'not_found' (also for a job of another
+-- tenant when the session is confined to one, see _check_tenant).
 CREATE OR REPLACE FUNCTION pgsched.retry(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -17,7 +18,22 @@ DECLARE
     v_now timestamptz := coalesce(p_now, pg_catalog.now());
     v_last pgsched.job_history;
     v_id bigint;
+    v_tenant text;
 BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = retry.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = retry.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
     IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
         RETURN 'active';
     END IF;

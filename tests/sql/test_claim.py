@@ -1,55 +1,142 @@
-"""pgsched.claim(): leases due jobs once each, with growing fencing tokens."""
+"""pgsched.claim(): leases due jobs once each, in priority order, with growing fencing tokens."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+import itertools
+from datetime import datetime, timedelta
 
-import psycopg
+import pytest
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-def enqueue(conn: psycopg.Connection[Any], task: str = "t", **kw: Any) -> int:
-    cols = ", ".join(f"{k} => %({k})s" for k in kw)
-    sql = f"SELECT pgsched.enqueue(%(task)s{', ' if kw else ''}{cols}) AS id"
-    return int(conn.execute(sql, {"task": task, **kw}).fetchone()["id"])  # type: ignore[index]
-
-
-def claim(conn: psycopg.Connection[Any], n: int = 10, *, queues: list[str] | None = None,
-          now: datetime | None = None, worker: str = "w1", labels: list[str] | None = None) -> list[dict[str, Any]]:
-    return conn.execute(
-        "SELECT * FROM pgsched.claim(%s, %s, %s, '30 seconds', %s, 0, %s)",
-        [worker, queues or ["default"], n, labels or [], now],
-    ).fetchall()
+from tests.sql.helpers import (
+    Conn,
+    claim,
+    enqueue,
+    enqueue_many,
+    events,
+    job,
+    refused,
+)
 
 
-def test_claim_leases_each_due_job_once_with_new_tokens(conn: psycopg.Connection[Any]) -> None:
-    ids = {enqueue(conn) for _ in range(5)}
-    first = claim(conn, 3)
-    second = claim(conn, 10)
+def insert_on_shard(conn: Conn, shard: int, **columns: object) -> int:
+    """A job on a chosen shard (a plain INSERT may name it), so ordering within one shard can be tested."""
+    names = ["task", "args", "shard", *columns]
+    values = ["t", "{}", shard, *columns.values()]
+    placeholders = ", ".join(["%s"] * len(values))
+    row = conn.execute(
+        f"INSERT INTO pgsched.jobs ({', '.join(names)}) VALUES ({placeholders}) RETURNING id", values
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_claim_leases_each_due_job_once(conn: Conn, now: datetime) -> None:
+    ids = set(enqueue_many(conn, ["t"] * 5))
+    first = claim(conn, 3, worker="w1", now=now)
+    second = claim(conn, 10, worker="w2", now=now)
     assert len(first) == 3
     assert len(second) == 2
     assert {r["id"] for r in first + second} == ids
-    tokens = [r["lease_token"] for r in first + second]
-    assert len(set(tokens)) == 5
-    assert all(r["attempt"] == 1 for r in first + second)
-    assert claim(conn, 10) == []
+    assert claim(conn, 10, now=now) == []
 
 
-def test_claim_skips_future_jobs_and_other_queues(conn: psycopg.Connection[Any]) -> None:
-    enqueue(conn, run_at=datetime.now(UTC) + timedelta(hours=1))
-    enqueue(conn, queue="other")
-    assert claim(conn) == []
-    assert len(claim(conn, queues=["other"])) == 1
+def test_claimed_job_is_leased_to_the_worker(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, "send", {"to": 1}, idempotency_key="k1")
+    [got] = claim(conn, 1, worker="w1", lease=timedelta(seconds=45), now=now)
+    assert got["id"] == job_id
+    assert got["task"] == "send"
+    assert got["args"] == {"to": 1}
+    assert got["attempt"] == 1
+    assert got["idempotency_key"] == "k1"
+    assert got["lease_token"] is not None
+    assert got["lease_expires_at"] == now + timedelta(seconds=45)
+    row = job(conn, job_id)
+    assert row is not None
+    assert row["state"] == "running"
+    assert row["leased_by"] == "w1"
+    assert row["lease_token"] == got["lease_token"]
+    assert row["lease_expires_at"] == now + timedelta(seconds=45)
+    assert row["started_at"] == now
+    assert row["run_at"] == got["run_at"]
+    [event] = events(conn, job_id)
+    assert (event["kind"], event["worker"], event["token"], event["attempt"], event["at"]) == (
+        "claimed",
+        "w1",
+        got["lease_token"],
+        1,
+        now,
+    )
 
 
-def test_claim_orders_by_priority_within_a_shard(conn: psycopg.Connection[Any]) -> None:
-    low = enqueue(conn, priority=0, idempotency_key="a")
-    conn.execute("UPDATE pgsched.config SET shards = shards")  # no-op: keys pick shards, so use one shard below
-    high = enqueue(conn, priority=10, idempotency_key="a2")
-    rows = conn.execute("SELECT id, shard FROM pgsched.jobs ORDER BY id").fetchall()
-    if rows[0]["shard"] == rows[1]["shard"]:
-        got = claim(conn, 1)
-        assert got[0]["id"] == high
-    assert {r["id"] for r in claim(conn, 10)} <= {low, high}
+def test_every_claim_draws_a_larger_token(conn: Conn) -> None:
+    enqueue_many(conn, ["t"] * 20)
+    tokens: list[int] = []
+    for _ in range(4):
+        tokens += [r["lease_token"] for r in claim(conn, 5)]
+    assert len(tokens) == 20
+    assert len(set(tokens)) == 20
+    batches = [tokens[i : i + 5] for i in range(0, 20, 5)]
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(batches))
+
+
+def test_scheduled_jobs_are_not_claimed(conn: Conn, now: datetime) -> None:
+    enqueue(conn, run_at=now + timedelta(hours=1))
+    assert claim(conn, now=now + timedelta(hours=2)) == []  # promotion makes it claimable, not the clock
+
+
+def test_claim_takes_only_the_named_queues(conn: Conn) -> None:
+    a = enqueue(conn, queue="a")
+    b = enqueue(conn, queue="b")
+    enqueue(conn, queue="c")
+    assert claim(conn, queues=["default"]) == []
+    assert {r["id"] for r in claim(conn, queues=["a", "b"])} == {a, b}
+
+
+def test_priority_then_run_at_then_id_within_a_shard(conn: Conn, now: datetime) -> None:
+    old_low = insert_on_shard(conn, 0, priority=0, run_at=now - timedelta(hours=1))
+    new_high = insert_on_shard(conn, 0, priority=10, run_at=now)
+    old_high = insert_on_shard(conn, 0, priority=10, run_at=now - timedelta(minutes=5))
+    same_time_a = insert_on_shard(conn, 0, priority=5, run_at=now)
+    same_time_b = insert_on_shard(conn, 0, priority=5, run_at=now)
+    order = [claim(conn, 1, start_shard=0)[0]["id"] for _ in range(5)]
+    assert order == [old_high, new_high, same_time_a, same_time_b, old_low]
+
+
+def test_start_shard_picks_the_first_shard_visited(conn: Conn) -> None:
+    on = {s: insert_on_shard(conn, s) for s in (2, 5)}
+    assert claim(conn, 1, start_shard=5)[0]["id"] == on[5]
+    assert claim(conn, 1, start_shard=0)[0]["id"] == on[2]
+
+
+def test_a_claim_collects_jobs_from_every_shard(conn: Conn) -> None:
+    ids = {insert_on_shard(conn, s) for s in range(8)}
+    assert {r["id"] for r in claim(conn, 100, start_shard=3)} == ids
+
+
+def test_a_worker_claims_only_jobs_whose_labels_it_offers(conn: Conn) -> None:
+    plain = enqueue(conn)
+    gpu = enqueue(conn, labels=["gpu"])
+    gpu_eu = enqueue(conn, labels=["gpu", "eu"])
+    assert {r["id"] for r in claim(conn, worker="cpu")} == {plain}
+    assert {r["id"] for r in claim(conn, worker="gpu", labels=["gpu"])} == {gpu}
+    assert {r["id"] for r in claim(conn, worker="big", labels=["eu", "gpu", "ssd"])} == {gpu_eu}
+
+
+def test_paused_queues_are_skipped_until_resumed(conn: Conn) -> None:
+    paused = enqueue(conn, queue="paused")
+    live = enqueue(conn, queue="live")
+    conn.execute("SELECT pgsched.pause_queue('paused')")
+    assert {r["id"] for r in claim(conn, queues=["paused", "live"])} == {live}
+    assert claim(conn, queues=["paused"]) == []
+    assert enqueue(conn, queue="paused") > 0  # enqueueing still works
+    conn.execute("SELECT pgsched.resume_queue('paused')")
+    assert paused in {r["id"] for r in claim(conn, queues=["paused"])}
+
+
+@pytest.mark.parametrize(("n", "lease"), [(0, timedelta(seconds=30)), (1, timedelta(0)), (1, -timedelta(seconds=1))])
+def test_claim_refuses_a_useless_request(conn: Conn, n: int, lease: timedelta) -> None:
+    enqueue(conn)
+    with refused("22023"):
+        claim(conn, n, lease=lease)
+    row = conn.execute("SELECT state FROM pgsched.jobs").fetchone()
+    assert row == {"state": "available"}

@@ -1,0 +1,1 @@
+"""pgsched's benchmark harness (run it with ``python bench/run.py``)."""

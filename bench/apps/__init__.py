@@ -1,0 +1,1 @@
+"""Applications that benchmark workers load by import path."""

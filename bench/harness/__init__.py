@@ -1,0 +1,1 @@
+"""The benchmark machinery: bootstrap, server, orchestration, measurement, reporting."""

@@ -1,0 +1,153 @@
+"""Drain throughput: N pre-enqueued no-op jobs, from worker start until all are finished and persisted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict
+
+from bench.harness import db
+from bench.harness.options import Options
+from bench.harness.workers import WorkerPool
+from bench.scenarios.base import (
+    Case,
+    CaseEnv,
+    Metrics,
+    RowSummary,
+    Scenario,
+    fmt_rate,
+    fmt_ratio,
+    status_cell,
+    table,
+)
+from bench.systems.base import Caps, DrainConfig, System
+
+
+def _group(n: int, processes: int) -> str:
+    return f"{n}:{'1' if processes == 1 else 'n'}"
+
+
+class DrainScenario(Scenario):
+    """Jobs per second a system's workers finish, queue pre-filled, clock from worker start."""
+
+    name = "drain"
+    title = "Drain pre-enqueued no-op jobs (jobs/s, higher is better)"
+    description = "drain N pre-enqueued jobs at 1 and several worker processes, until the database says all are done"
+    primary = "jobs_per_s"
+    ratio_metrics = ("jobs_per_s",)
+    summary_metrics = ("jobs_per_s", "tail_ms")
+
+    def cases(self, system: System, caps: Caps, opts: Options) -> list[Case]:
+        cases = []
+        for config in system.drain_configs(caps):
+            if opts.quick and not config.quick:
+                continue
+            sizes = [opts.drain_jobs]
+            if opts.big and config.big:
+                sizes.append(opts.big_drain_jobs)
+            for n in sizes:
+                label = config.label + (" (defaults)" if config.default else "")
+                cases.append(
+                    Case(
+                        scenario=self.name,
+                        system=system.name,
+                        id=f"{config.id}@{n}",
+                        label=label,
+                        group=_group(n, config.processes),
+                        params={"config": asdict(config), "n": n},
+                    )
+                )
+        return cases
+
+    def run(self, case: Case, system: System, env: CaseEnv) -> Metrics:
+        config = DrainConfig(**case.params["config"])
+        n = int(case.params["n"])
+        timeout = max(300.0, n / 40.0)
+        with db.connect(env.dsn) as conn:
+            db.reset(conn, system.truncate_tables)
+            asyncio.run(system.prefill(env.dsn, n, env.caps))
+            notes = db.settle(conn, system.truncate_tables)
+            pool = WorkerPool(system.name, env.dsn, config, env.caps, env.work_dir)
+            try:
+                pool.start()
+                started = pool.go()
+                deadline = started + timeout
+                polls = 0
+                while pool.done() < n:
+                    time.sleep(0.001)
+                    polls += 1
+                    if polls % 50 == 0:
+                        pool.check_alive()
+                        if time.perf_counter() > deadline:
+                            raise TimeoutError(f"{pool.done():,} of {n:,} jobs handled after {timeout:.0f} s")
+                handled = time.perf_counter()
+                # Handlers ran; now wait until the database shows every job finished.
+                while db.scalar(conn, system.unfinished_sql):
+                    time.sleep(0.005)
+                    if time.perf_counter() > deadline:
+                        raise TimeoutError(f"jobs still unfinished in the database after {timeout:.0f} s")
+                finished_at = time.perf_counter()
+                hits = pool.done()
+            finally:
+                pool.stop()
+            finished = int(db.scalar(conn, system.finished_sql))
+        if finished != n:
+            raise RuntimeError(f"{finished:,} jobs recorded as finished, expected {n:,}")
+        seconds = finished_at - started
+        if hits != n:
+            notes.append(f"handlers ran {hits:,} times for {n:,} jobs")
+        return {
+            "jobs_per_s": n / seconds,
+            "seconds": seconds,
+            "tail_ms": (finished_at - handled) * 1000.0,
+            "jobs": n,
+            "processes": config.processes,
+            "notes": notes,
+        }
+
+    def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
+        """The ceiling: the best raw-SQL configuration of the same size in the same round."""
+        n = case.params["n"]
+        values = [
+            float(m[metric])
+            for c, m in same_round
+            if c.system == "raw" and c.params.get("n") == n and m.get(metric) is not None
+        ]
+        return max(values) if values else None
+
+    def render(self, rows: list[RowSummary], opts: Options) -> list[str]:
+        lines: list[str] = []
+        sizes = sorted({int(r.case.params["n"]) for r in rows})
+        for n in sizes:
+            if len(sizes) > 1:
+                lines += ["", f"**{n:,} jobs**", ""]
+            out = []
+            for row in rows:
+                if int(row.case.params["n"]) != n:
+                    continue
+                status = status_cell(row)
+                processes = int(row.case.params["config"]["processes"])
+                out.append(
+                    [
+                        row.title,
+                        row.case.label,
+                        str(processes),
+                        status or fmt_rate(row.stats.get("jobs_per_s")),
+                        "" if status else fmt_ratio(row.ratios.get("jobs_per_s/raw")),
+                        "" if status else fmt_ratio(row.ratios.get("jobs_per_s/peer")),
+                        "" if status or "tail_ms" not in row.stats else f"{row.stats['tail_ms'][0]:.0f}",
+                    ]
+                )
+            lines += table(
+                [
+                    "system",
+                    "configuration",
+                    "procs",
+                    "jobs/s median [min–max]",
+                    "× raw ceiling",
+                    "× best peer (same procs)",
+                    "persist tail ms",
+                ],
+                out,
+            )
+        return lines

@@ -1,0 +1,160 @@
+"""The interface every benchmarked system implements, and the small types it trades in.
+
+A system is measured in fresh subprocesses of the benchmark venv; the methods
+below run there. The orchestrator only reads the declarative parts (names,
+variants, configurations) and never imports a system's library.
+
+Every system runs the same no-op task, named ``noop``, whose only argument is a
+small integer ``i``; its handler calls ``ctx.hit(i)`` (see
+``bench.harness.workers.WorkerContext``), which counts the job and, in the
+latency scenario, records the handler's start time.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.metadata
+import importlib.util
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from bench.harness.workers import WorkerContext
+
+Role = Literal["baseline", "peer", "subject"]
+Caps = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EnqueueVariant:
+    """One way of enqueueing (a row of the enqueue table)."""
+
+    id: str
+    label: str
+    #: Rows of one group are compared with each other: "one-by-one" or "batch".
+    group: str
+    batch: int = 1
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    """One worker configuration (a row of the drain table)."""
+
+    id: str
+    label: str
+    processes: int
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: The system's out-of-the-box settings.
+    default: bool = False
+    #: Part of ``--quick``.
+    quick: bool = False
+    #: Also drained at the big size with ``--big``.
+    big: bool = False
+
+
+class Producer(Protocol):
+    """Enqueues one latency-probe job per call; opened before the first call is timed."""
+
+    async def enqueue(self, i: int) -> None: ...
+
+
+class System(abc.ABC):
+    """A job queue under test. Subclasses fill in the class attributes and methods."""
+
+    #: Short name used on the command line (``--systems``).
+    name: str
+    #: Name shown in the tables.
+    title: str
+    role: Role
+    #: Database the system gets on the private server.
+    database: str
+    #: Modules that must import for the system to run.
+    modules: tuple[str, ...] = ()
+    #: Distributions whose versions the results record.
+    distributions: tuple[str, ...] = ()
+    #: Tables emptied before every measurement.
+    truncate_tables: tuple[str, ...] = ()
+    #: SQL returning one boolean: is any job not yet finished and persisted?
+    unfinished_sql: str = ""
+    #: SQL returning one integer: jobs finished (for the post-run check).
+    finished_sql: str = ""
+    #: SQL returning one integer: jobs waiting (for the post-enqueue check).
+    queued_sql: str = ""
+
+    # -- discovery (orchestrator, via a probe subprocess) ------------------------------
+
+    def probe(self) -> Caps:
+        """Versions and capabilities, found in the venv; ``{"missing": reason}`` if unusable."""
+        for module in self.modules:
+            if importlib.util.find_spec(module) is None:
+                return {"missing": f"{module} is not installed in bench/.venv"}
+        return {"versions": distribution_versions(self.distributions)}
+
+    def skip_reason(self, scenario: str, caps: Caps) -> str | None:
+        """Why this system cannot run ``scenario`` now (None: it can)."""
+        missing = caps.get("missing")
+        return str(missing) if missing else None
+
+    # -- schema ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def install(self, dsn: str, caps: Caps) -> str:
+        """Install the system's schema with its own tooling; return how it was done."""
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue_variants(self, caps: Caps) -> list[EnqueueVariant]:
+        """The enqueue rows this system has."""
+
+    @abc.abstractmethod
+    async def enqueue(self, dsn: str, variant: EnqueueVariant, n: int, caps: Caps) -> float:
+        """Enqueue ``n`` jobs as ``variant`` says; return the seconds the enqueueing took.
+
+        Connections and apps are opened before the clock starts.
+        """
+
+    @abc.abstractmethod
+    async def prefill(self, dsn: str, n: int, caps: Caps) -> None:
+        """Enqueue ``n`` jobs quickly (untimed), for a drain."""
+
+    # -- workers -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def drain_configs(self, caps: Caps) -> list[DrainConfig]:
+        """The drain rows this system has."""
+
+    @abc.abstractmethod
+    def latency_config(self, caps: Caps) -> DrainConfig:
+        """The configuration of the idle listening worker in the latency scenario."""
+
+    @abc.abstractmethod
+    def run_worker(self, dsn: str, config: DrainConfig, ctx: WorkerContext, caps: Caps) -> None:
+        """Run one worker process until ``ctx`` says stop.
+
+        Connect and build everything first, then call ``ctx.ready_and_wait()``:
+        the clock starts when every worker process is ready.
+        """
+
+    @abc.abstractmethod
+    def producer(self, dsn: str, caps: Caps) -> AbstractAsyncContextManager[Producer]:
+        """An open enqueuer for the latency scenario (job ``i`` carries ``i``)."""
+
+
+def distribution_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Installed versions of ``names`` (absent ones are left out)."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def chunks(n: int, size: int) -> Iterator[range]:
+    """Ranges of at most ``size`` covering ``range(n)``."""
+    for start in range(0, n, size):
+        yield range(start, min(n, start + size))

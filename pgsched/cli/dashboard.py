@@ -1,0 +1,61 @@
+"""`pgsched dashboard`: the web dashboard (pages, JSON API, actions and Prometheus /metrics)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import click
+
+from pgsched.cli.common import handle_errors, state
+
+log = logging.getLogger(__name__)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
+@click.option("--read-only", is_flag=True, help="Show everything, change nothing: actions answer 403.")
+@click.pass_context
+@handle_errors
+def dashboard(ctx: click.Context, host: str, port: int, read_only: bool) -> None:
+    """Serve the web dashboard: queues, jobs, dead letters, schedules, and /metrics.
+
+    \b
+    Pages:    /  /queues/QUEUE  /jobs/ID  /dead  /schedules
+    JSON:     the same under /api/ (e.g. /api/overview)
+    Metrics:  /metrics (Prometheus; queue gauges read from the database at each scrape)
+    Actions:  cancel, retry, pause/resume queues and schedules (POST; off with --read-only)
+
+    Basic auth is required when PGSCHED_DASHBOARD_USER and
+    PGSCHED_DASHBOARD_PASSWORD are set.
+    """
+    import uvicorn
+
+    from pgsched.dashboard import create_app
+    from pgsched.dashboard.middleware import credentials_from_env
+
+    credentials = credentials_from_env()
+    app = create_app(state(ctx).resolve(), read_only=read_only, auth=credentials)
+    if credentials is None and not _is_loopback(host):
+        log.warning(
+            "the dashboard listens on %s without authentication: set PGSCHED_DASHBOARD_USER and "
+            "PGSCHED_DASHBOARD_PASSWORD, or use --read-only",
+            host,
+        )
+    shown = f"[{host}]" if ":" in host else host
+    log.info("dashboard on http://%s:%d/%s", shown, port, " (read-only)" if read_only else "")
+    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False, ws="none", lifespan="on")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(dashboard)

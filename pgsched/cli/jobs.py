@@ -1,0 +1,521 @@
+"""`pgsched enqueue`, `pgsched jobs` and `pgsched dlq`: put work in, look at it, cancel and redrive it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgsched.cli.common import (
+    build_table,
+    cell,
+    console,
+    duration_callback,
+    emit_json,
+    emit_table,
+    fail,
+    first_line,
+    handle_errors,
+    parse_json_object,
+    split_csv,
+    state,
+    timestamp_callback,
+)
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+STATES = ("scheduled", "available", "running", "completed", "dead", "cancelled")
+
+ENQUEUE = """
+SELECT pgsched.enqueue(
+    task => %(task)s, args => %(args)s, queue => %(queue)s,
+    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
+    priority => %(priority)s, idempotency_key => %(key)s, max_attempts => %(max_attempts)s,
+    labels => %(labels)s::text[], tenant => %(tenant)s) AS id
+"""
+
+# One row per job, newest id first: the active row when there is one, else
+# the latest history row (a redriven job has several). Both halves walk their
+# id indexes backwards and stop at the limit; the one-time filters on the
+# states skip a table that cannot hold the states asked for.
+LIST_JOBS = """
+WITH active AS (
+    SELECT j.id, j.queue, j.task, j.state::text AS state, j.attempt, j.max_attempts, j.run_at,
+           j.leased_by AS worker, j.last_error AS error, j.created_at, NULL::timestamptz AS finished_at
+    FROM pgsched.jobs j
+    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'available', 'running'])
+      AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]::pgsched.job_state[]))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    ORDER BY j.id DESC
+    LIMIT %(limit)s
+), finished AS (
+    SELECT h.id, h.queue, h.task, h.state::text AS state, h.attempt, h.max_attempts, h.run_at,
+           h.leased_by AS worker, h.error, h.created_at, h.finished_at
+    FROM pgsched.job_history h
+    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['completed', 'dead', 'cancelled'])
+      AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]::pgsched.job_state[]))
+      AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR h.task = %(task)s::text)
+      AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = h.id)
+      AND NOT EXISTS (
+          SELECT 1 FROM pgsched.job_history h2 WHERE h2.id = h.id AND h2.finished_at > h.finished_at)
+    ORDER BY h.id DESC
+    LIMIT %(limit)s
+)
+SELECT * FROM active
+UNION ALL
+SELECT * FROM finished
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+# The job wherever it is: its active row, else its latest history row.
+SHOW_JOB = """
+SELECT * FROM (
+    SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
+           j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
+           j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.created_at,
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error
+    FROM pgsched.jobs j
+    WHERE j.id = %(id)s
+    UNION ALL
+    (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
+            h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
+            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error
+     FROM pgsched.job_history h
+     WHERE h.id = %(id)s
+     ORDER BY h.finished_at DESC
+     LIMIT 1)
+) found
+ORDER BY ("table" = 'jobs') DESC
+LIMIT 1
+"""
+
+JOB_EVENTS = """
+SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
+FROM pgsched.job_events e
+WHERE e.job_id = %s
+ORDER BY e.at
+"""
+
+LIST_DEAD = """
+SELECT d.id, d.queue, d.task, d.args, d.attempt, d.max_attempts, d.error, d.died_at, d.last_worker,
+       d.created_at, d.idempotency_key, d.labels, d.tenant
+FROM pgsched.dead_letters d
+WHERE %(queue)s::text IS NULL OR d.queue = %(queue)s::text
+ORDER BY d.died_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+
+COUNT_DEAD = "SELECT count(*) AS n FROM pgsched.dead_letters d WHERE %s::text IS NULL OR d.queue = %s::text"
+
+DEAD_IDS = "SELECT d.id FROM pgsched.dead_letters d WHERE %s::text IS NULL OR d.queue = %s::text ORDER BY d.id"
+
+CANCEL_ONE = "SELECT pgsched.cancel(%s::bigint) AS result"
+
+RETRY_ONE = "SELECT pgsched.retry(%s::bigint) AS result"
+
+RETRY_MANY = "SELECT t.id, pgsched.retry(t.id) AS result FROM unnest(%s::bigint[]) AS t(id)"
+
+JOB_COLUMNS = ("id", "queue", "task", "state", "attempts", "run_at", "worker", "error")
+DEAD_COLUMNS = ("id", "queue", "task", "attempts", "died_at", "last_worker", "error")
+EVENT_COLUMNS = ("at", "kind", "attempt", "worker", "token", "detail")
+
+# Results of pgsched.cancel / pgsched.retry that mean the request could not be met.
+REFUSED = frozenset({"not_found", "not_retryable", "busy"})
+REDRIVE_BATCH = 500
+
+
+# -- enqueue -------------------------------------------------------------------
+
+
+def _read_args(args_json: str | None) -> dict[str, Any]:
+    text = "{}" if args_json is None else args_json
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return parse_json_object(text)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+@click.command()
+@click.argument("task")
+@click.argument("args_json", required=False, metavar="[ARGS_JSON]")
+@click.option(
+    "--queue",
+    "-q",
+    default=None,
+    help="Queue to put the job on (a task's registered queue is not looked up here).  [default: default]",
+)
+@click.option(
+    "--delay",
+    callback=duration_callback,
+    metavar="DURATION",
+    help="Run no sooner than this from now (database clock): 30s, 5m, 2h, 1d, 1h30m or seconds.",
+)
+@click.option(
+    "--run-at",
+    callback=timestamp_callback,
+    metavar="ISO8601",
+    help="Run no sooner than this time, e.g. 2030-01-31T09:00:00+01:00 (no offset means UTC).",
+)
+@click.option("--priority", type=int, default=None, help="Higher runs first.  [default: 0]")
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="Enqueue at most once per key: a repeated key prints the existing job's id and adds nothing.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, None),
+    default=None,
+    help="Runs before the job goes to the dead letters.  [default: the task's, else the install's]",
+)
+@click.option("--labels", default=None, help="Comma-separated labels a worker must offer to run the job.")
+@click.option("--tenant", default=None, help="Tenant the job belongs to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job (id, queue, state, run_at) as JSON.")
+@click.pass_context
+@handle_errors
+def enqueue(
+    ctx: click.Context,
+    task: str,
+    args_json: str | None,
+    queue: str | None,
+    delay: timedelta | None,
+    run_at: datetime | None,
+    priority: int | None,
+    idempotency_key: str | None,
+    max_attempts: int | None,
+    labels: str | None,
+    tenant: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue a job of TASK with ARGS_JSON, a JSON object (default {}; '-' reads it from stdin).
+
+    Prints the job id. Invalid arguments are refused with exit status 1 and
+    nothing is enqueued.
+
+    \b
+    Examples:
+      pgsched enqueue app.send_welcome '{"user_id": 42}' --queue emails
+      pgsched enqueue reports.build --delay 5m --idempotency-key report-2030-01-31
+      echo '{"n": 1}' | pgsched enqueue app.count - --run-at 2030-01-31T09:00:00Z
+    """
+    if delay is not None and run_at is not None:
+        raise click.UsageError("pass either --delay or --run-at, not both", ctx=ctx)
+    params = {
+        "task": task,
+        "args": Jsonb(_read_args(args_json)),
+        "queue": queue,
+        "run_at": run_at,
+        "delay": delay,
+        "priority": priority,
+        "key": idempotency_key,
+        "max_attempts": max_attempts,
+        "labels": split_csv(labels),
+        "tenant": tenant,
+    }
+    with state(ctx).connect() as conn:
+        row = conn.execute(ENQUEUE, params).fetchone()
+        assert row is not None
+        job_id = int(row["id"])
+        if as_json:
+            job = _find_job(conn, job_id) or {"id": job_id}
+            emit_json({k: job.get(k) for k in ("id", "queue", "task", "state", "run_at", "table")})
+            return
+    click.echo(job_id)
+
+
+# -- jobs ----------------------------------------------------------------------
+
+
+def _find_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
+    return conn.execute(SHOW_JOB, {"id": job_id}).fetchone()
+
+
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A listed job: the error cut to its first line, attempts as 'n/max' for tables."""
+    out = dict(row)
+    out["error"] = first_line(row.get("error"))
+    out["attempts"] = f"{row['attempt']}/{row['max_attempts']}"
+    return out
+
+
+@click.group()
+def jobs() -> None:
+    """List, inspect, cancel and retry jobs."""
+
+
+@jobs.command("list")
+@click.option(
+    "--state",
+    "states",
+    type=click.Choice(STATES),
+    multiple=True,
+    help="Only jobs in this state (repeat for several).",
+)
+@click.option("--queue", "-q", default=None, help="Only jobs of this queue.")
+@click.option("--task", default=None, help="Only jobs of this task.")
+@click.option("--limit", type=click.IntRange(1, None), default=50, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+@handle_errors
+def list_jobs(
+    ctx: click.Context,
+    states: tuple[str, ...],
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List jobs, newest (highest id) first: active ones and finished ones alike.
+
+    Each job appears once, in its current state. Errors show their first
+    line; `pgsched jobs show ID` has the full text and the audit trail.
+    """
+    params = {"states": list(states) or None, "queue": queue, "task": task, "limit": limit}
+    with state(ctx).connect() as conn:
+        rows = [_summary(r) for r in conn.execute(LIST_JOBS, params).fetchall()]
+    if as_json:
+        emit_json([{k: v for k, v in r.items() if k != "attempts"} for r in rows])
+    elif rows:
+        emit_table(rows, JOB_COLUMNS)
+    else:
+        click.echo("no jobs match")
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int, metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help='Print {"job": {...}, "events": [...]} as JSON.')
+@click.pass_context
+@handle_errors
+def show_job(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """Show job ID wherever it is (queued, running or finished), its audit events and its full error."""
+    with state(ctx).connect() as conn:
+        job = _find_job(conn, job_id)
+        if job is None:
+            fail(f"job {job_id} not found (finished jobs are kept for the history retention only)")
+        events = conn.execute(JOB_EVENTS, [job_id]).fetchall()
+    if as_json:
+        emit_json({"job": job, "events": events})
+        return
+    _print_job(job, events)
+
+
+def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    fields = Table(show_header=False, box=None, pad_edge=False)
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
+    for key, value in job.items():
+        if key in ("table", "error", "result") or value in (None, [], ""):
+            continue
+        text = _json_text(value) if isinstance(value, dict | list) else cell(value)
+        fields.add_row(key, Text(text))
+    if job.get("result") is not None:
+        fields.add_row("result", Text(_json_text(job["result"])))
+    fields.add_row("stored in", Text(f"pgsched.{job['table']}"))
+    out = console()
+    out.print(fields)
+    if events:
+        out.print()
+        out.print(build_table(events, EVENT_COLUMNS, title="events"))
+    if job.get("error"):
+        click.echo("\nerror:")
+        click.echo(job["error"])
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _run_each(conn: Conn, query: str, ids: Iterable[int]) -> list[dict[str, Any]]:
+    """Call pgsched.cancel or pgsched.retry once per id, each in its own transaction."""
+    results = []
+    for job_id in ids:
+        row = conn.execute(query, [job_id]).fetchone()
+        results.append({"id": job_id, "result": row["result"] if row else None})
+    return results
+
+
+def _report(results: Sequence[dict[str, Any]], as_json: bool, *, lines: bool = True) -> None:
+    """Print one line per job (or JSON); exit 1 when any request was refused."""
+    if as_json:
+        emit_json(list(results))
+    elif lines:
+        for item in results:
+            click.echo(f"{item['id']}: {item['result']}")
+    if any(item["result"] in REFUSED for item in results):
+        sys.exit(1)
+
+
+@jobs.command("cancel")
+@click.argument("job_ids", type=int, nargs=-1, required=True, metavar="ID...")
+@click.option("--json", "as_json", is_flag=True, help='Print [{"id": ..., "result": ...}] as JSON.')
+@click.pass_context
+@handle_errors
+def cancel_jobs(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
+    """Cancel jobs and print what happened to each.
+
+    \b
+    cancelled           it was waiting; it will never run
+    cancel_requested    it is running; its worker sees the request at its next
+                        heartbeat, and the run ends as cancelled unless it
+                        had already succeeded
+    already_<state>     it had finished; nothing changed
+    not_found           no such job (exit status 1)
+    """
+    with state(ctx).connect() as conn:
+        results = _run_each(conn, CANCEL_ONE, job_ids)
+    _report(results, as_json)
+
+
+@jobs.command("retry")
+@click.argument("job_ids", type=int, nargs=-1, required=True, metavar="ID...")
+@click.option("--json", "as_json", is_flag=True, help='Print [{"id": ..., "result": ...}] as JSON.')
+@click.pass_context
+@handle_errors
+def retry_jobs(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
+    """Re-enqueue dead or cancelled jobs (due now, with a fresh attempt budget).
+
+    \b
+    retried         it is queued again under the same id
+    active          it is queued or running already; nothing changed
+    not_retryable   it completed (exit status 1)
+    not_found       no such job (exit status 1)
+    """
+    with state(ctx).connect() as conn:
+        results = _run_each(conn, RETRY_ONE, job_ids)
+    _report(results, as_json)
+
+
+# -- dead letters --------------------------------------------------------------
+
+
+def _list_dead(ctx: click.Context, queue: str | None, limit: int, as_json: bool) -> None:
+    with state(ctx).connect() as conn:
+        rows = conn.execute(LIST_DEAD, {"queue": queue, "limit": limit}).fetchall()
+        total = _count_dead(conn, queue) if not as_json and len(rows) == limit else len(rows)
+    rows = [_summary(r) for r in rows]
+    if as_json:
+        emit_json([{k: v for k, v in r.items() if k != "attempts"} for r in rows])
+    elif rows:
+        title = f"dead letters ({total})" if total == len(rows) else f"dead letters ({len(rows)} of {total})"
+        emit_table(rows, DEAD_COLUMNS, title=title)
+        click.echo("redrive: pgsched dlq retry ID... (or --all); full error: pgsched jobs show ID")
+    else:
+        click.echo("no dead letters")
+
+
+def _count_dead(conn: Conn, queue: str | None) -> int:
+    row = conn.execute(COUNT_DEAD, [queue, queue]).fetchone()
+    return int(row["n"]) if row else 0
+
+
+_QUEUE_OPTION = click.option("--queue", "-q", default=None, help="Only dead jobs of this queue.")
+_LIMIT_OPTION = click.option(
+    "--limit", type=click.IntRange(1, None), default=50, show_default=True, help="At most this many."
+)
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+
+
+@click.group(invoke_without_command=True)
+@_QUEUE_OPTION
+@_LIMIT_OPTION
+@_JSON_OPTION
+@click.pass_context
+@handle_errors
+def dlq(ctx: click.Context, queue: str | None, limit: int, as_json: bool) -> None:
+    """List dead letters (jobs that used up their attempts), most recent first; redrive them.
+
+    Errors show their first line; `pgsched jobs show ID` has the full text.
+    """
+    if ctx.invoked_subcommand is None:
+        _list_dead(ctx, queue, limit, as_json)
+
+
+@dlq.command("list")
+@_QUEUE_OPTION
+@_LIMIT_OPTION
+@_JSON_OPTION
+@click.pass_context
+@handle_errors
+def dlq_list(ctx: click.Context, queue: str | None, limit: int, as_json: bool) -> None:
+    """List dead letters, most recent first (the same as `pgsched dlq`)."""
+    _list_dead(ctx, queue, limit, as_json)
+
+
+@dlq.command("retry")
+@click.argument("job_ids", type=int, nargs=-1, metavar="[ID]...")
+@click.option("--all", "redrive_all", is_flag=True, help="Redrive every dead letter (of --queue, if given).")
+@click.option("--queue", "-q", default=None, help="With --all: only the dead letters of this queue.")
+@click.option("--yes", "-y", is_flag=True, help="With --all: do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help='Print [{"id": ..., "result": ...}] as JSON.')
+@click.pass_context
+@handle_errors
+def dlq_retry(
+    ctx: click.Context,
+    job_ids: tuple[int, ...],
+    redrive_all: bool,
+    queue: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Redrive dead letters: queue them again, due now, with a fresh attempt budget.
+
+    Give job IDs, or --all (optionally with --queue) to redrive every dead
+    letter; --all asks for confirmation unless --yes is given, and refuses
+    to run without --yes when stdin is not a terminal.
+    """
+    if bool(job_ids) == redrive_all:
+        raise click.UsageError("give job IDs or --all (not both)", ctx=ctx)
+    if queue is not None and not redrive_all:
+        raise click.UsageError("--queue only applies with --all", ctx=ctx)
+    with state(ctx).connect() as conn:
+        if not redrive_all:
+            _report(_run_each(conn, RETRY_ONE, job_ids), as_json)
+            return
+        ids = [int(r["id"]) for r in conn.execute(DEAD_IDS, [queue, queue]).fetchall()]
+        _confirm_all(len(ids), queue, yes)
+        results = _redrive(conn, ids)
+    _report(results, as_json, lines=False)
+    if not as_json:
+        where = f" of queue {queue}" if queue else ""
+        done = sum(1 for r in results if r["result"] == "retried")
+        click.echo(f"redrove {done} of {len(ids)} dead letters{where}")
+
+
+def _confirm_all(count: int, queue: str | None, yes: bool) -> None:
+    if count == 0:
+        click.echo("no dead letters to redrive", err=True)
+        sys.exit(0)
+    if yes:
+        return
+    where = f" of queue {queue}" if queue else ""
+    if not sys.stdin.isatty():
+        fail(f"--all would redrive {count} dead letters{where}; add --yes to confirm")
+    click.confirm(f"Redrive {count} dead letters{where}?", abort=True)
+
+
+def _redrive(conn: Conn, ids: Sequence[int]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for start in range(0, len(ids), REDRIVE_BATCH):
+        batch = list(ids[start : start + REDRIVE_BATCH])
+        results.extend(conn.execute(RETRY_MANY, [batch]).fetchall())
+    return results
+
+
+def register(group: click.Group) -> None:
+    group.add_command(enqueue)
+    group.add_command(jobs)
+    group.add_command(dlq)

@@ -1,0 +1,314 @@
+"""`pgsched stats` and `pgsched queues`: depth, lag and rates per queue, live workers, pause and resume."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+import psycopg
+
+from pgsched.cli.common import (
+    CliState,
+    build_table,
+    console,
+    emit_json,
+    emit_table,
+    handle_errors,
+    state,
+    to_jsonable,
+)
+from pgsched.errors import PgschedError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+QUEUE_STATS = "SELECT * FROM pgsched.queue_stats ORDER BY queue"
+
+WORKERS = """
+SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.started_at, w.last_seen,
+       w.seen_s_ago, w.version
+FROM pgsched.workers_live w
+ORDER BY w.name
+"""
+
+PAUSE = "SELECT pgsched.pause_queue(%s) AS paused"
+RESUME = "SELECT pgsched.resume_queue(%s) AS was_paused"
+
+# Table headings for queue_stats columns, in display order: depth now, then the last 5 minutes.
+NOW_HEADINGS = {
+    "queue": "queue",
+    "paused": "paused",
+    "scheduled": "scheduled",
+    "available": "available",
+    "running": "running",
+    "retrying": "retrying",
+    "lease_expired": "lease expired",
+    "oldest_due_age_s": "oldest due",
+}
+RECENT_HEADINGS = {
+    "queue": "queue",
+    "completed_5m": "completed",
+    "dead_5m": "dead",
+    "cancelled_5m": "cancelled",
+    "completed_per_s": "completed/s",
+    "lag_p50_s": "lag p50",
+    "lag_p95_s": "lag p95",
+    "lag_p99_s": "lag p99",
+}
+WORKER_HEADINGS = ("name", "host", "pid", "queues", "running", "seen", "started")
+_LAG_COLUMNS = frozenset({"lag_p50_s", "lag_p95_s", "lag_p99_s"})
+
+
+def format_seconds(value: float | None) -> str:
+    """A duration for people: '', '850ms', '4.2s', '3m05s', '2h01m', '3d04h'."""
+    if value is None:
+        return ""
+    if value < 0:
+        return "-" + format_seconds(-value)
+    if value < 0.9995:
+        return f"{round(value * 1000)}ms"
+    if value < 59.95:
+        return f"{value:.1f}s"
+    whole = round(value)
+    for size, unit, small, small_unit in ((86400, "d", 3600, "h"), (3600, "h", 60, "m"), (60, "m", 1, "s")):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // small:02d}{small_unit}"
+    return f"{whole}s"  # pragma: no cover - whole >= 60 here
+
+
+def snapshot(conn: Conn) -> dict[str, Any]:
+    """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now."""
+    return {
+        "at": datetime.now().astimezone(),
+        "queues": conn.execute(QUEUE_STATS).fetchall(),
+        "workers": conn.execute(WORKERS).fetchall(),
+    }
+
+
+def _cells(row: dict[str, Any], headings: dict[str, str]) -> dict[str, Any]:
+    """A queue_stats row as table cells under the given headings (durations for people)."""
+    out: dict[str, Any] = {}
+    for column, heading in headings.items():
+        value = row.get(column)
+        if column == "oldest_due_age_s":
+            value = format_seconds(value) if value else ""  # 0: nothing is due
+        elif column in _LAG_COLUMNS:
+            value = format_seconds(value)
+        elif column == "completed_per_s":
+            value = f"{value:.2f}"
+        elif column == "paused":
+            value = "PAUSED" if value else ""
+        out[heading] = value
+    return out
+
+
+def _worker_cells(row: dict[str, Any]) -> dict[str, Any]:
+    running = row["running"] if row.get("concurrency") is None else f"{row['running']}/{row['concurrency']}"
+    return {
+        "name": row["name"],
+        "host": row.get("host"),
+        "pid": row.get("pid"),
+        "queues": ",".join(row.get("queues") or []),
+        "running": running,
+        "seen": f"{format_seconds(row.get('seen_s_ago'))} ago",
+        "started": row.get("started_at"),
+    }
+
+
+def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
+    """Both tables (and a footer line) as one rich renderable."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[RenderableType] = []
+    queues = snap["queues"]
+    if queues:
+        now = [_cells(r, NOW_HEADINGS) for r in queues]
+        recent = [_cells(r, RECENT_HEADINGS) for r in queues]
+        parts.append(build_table(now, list(NOW_HEADINGS.values()), title="queues now"))
+        parts.append(build_table(recent, list(RECENT_HEADINGS.values()), title="last 5 minutes"))
+    else:
+        parts.append(Text("no queues yet: nothing enqueued, nothing finished in the last 5 minutes"))
+    if snap["workers"]:
+        workers = [_worker_cells(r) for r in snap["workers"]]
+        parts.append(build_table(workers, WORKER_HEADINGS, title="workers (seen in the last minute)"))
+    else:
+        parts.append(Text("no live workers"))
+    if footer:
+        parts.append(Text(footer, style="dim"))
+    return Group(*parts)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --watch: one JSON object per line).")
+@click.option("--watch", "-w", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, None),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
+@click.pass_context
+@handle_errors
+def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> None:
+    """Per queue: jobs by state now, and what finished in the last 5 minutes; then live workers.
+
+    \b
+    queues now
+      scheduled      waiting for their time
+      available      due, waiting for a worker
+      running        leased by a worker
+      retrying       waiting to run again after a failure
+      lease expired  running, but the lease ran out (worker gone or stuck)
+      oldest due     how long the oldest due job has waited
+    last 5 minutes
+      completed, dead, cancelled, completed/s
+      lag p50/p95/p99   start time minus due time
+    workers: those seen in the last minute
+
+    --json gives the same numbers, with durations in seconds.
+    """
+    if watch:
+        _watch(state(ctx), interval, as_json)
+        return
+    with state(ctx).connect() as conn:
+        snap = snapshot(conn)
+    if as_json:
+        emit_json(snap)
+    else:
+        console().print(render(snap))
+
+
+def _snapshots(cli: CliState, interval: float) -> Iterator[dict[str, Any] | str]:
+    """A snapshot every interval, over one connection; a lost connection yields its error and reconnects."""
+    while True:
+        try:
+            with cli.connect() as conn:
+                while True:
+                    yield snapshot(conn)
+                    time.sleep(interval)
+        except PgschedError as exc:
+            yield f"error: {exc} (retrying every {interval:g}s)"
+            time.sleep(interval)
+
+
+def _watch(cli: CliState, interval: float, as_json: bool) -> None:
+    cli.resolve()  # a missing configuration ends the command; a lost connection is retried
+    try:
+        if as_json:
+            _watch_json(cli, interval)
+        elif console().is_terminal:
+            _watch_live(cli, interval)
+        else:
+            _watch_append(cli, interval)
+    except KeyboardInterrupt:
+        pass
+
+
+def _watch_json(cli: CliState, interval: float) -> None:
+    for item in _snapshots(cli, interval):
+        if isinstance(item, str):
+            click.echo(item, err=True)
+        else:
+            click.echo(json.dumps(to_jsonable(item)))
+
+
+def _footer(snap: dict[str, Any], interval: float) -> str:
+    return f"{snap['at']:%H:%M:%S}, every {interval:g}s; Ctrl-C to stop"
+
+
+def _watch_append(cli: CliState, interval: float) -> None:
+    """Not a terminal (a pipe, a log): print each snapshot after the last instead of redrawing."""
+    out = console()
+    for item in _snapshots(cli, interval):
+        if isinstance(item, str):
+            click.echo(item, err=True)
+        else:
+            out.print(render(item, _footer(item, interval)))
+            out.print()
+            out.file.flush()
+
+
+def _watch_live(cli: CliState, interval: float) -> None:
+    from rich.live import Live
+
+    last: dict[str, Any] = {"queues": [], "workers": []}
+    with Live(console=console(), auto_refresh=False) as live:
+        for item in _snapshots(cli, interval):
+            if isinstance(item, str):
+                live.update(render(last, item), refresh=True)
+                continue
+            last = item
+            live.update(render(item, _footer(item, interval)), refresh=True)
+
+
+# -- queues --------------------------------------------------------------------
+
+
+@click.group()
+def queues() -> None:
+    """List queues; pause and resume them (stored in the database, every worker obeys)."""
+
+
+@queues.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+@handle_errors
+def list_queues(ctx: click.Context, as_json: bool) -> None:
+    """List queues that hold jobs, finished some in the last 5 minutes, or were paused."""
+    with state(ctx).connect() as conn:
+        rows = conn.execute(QUEUE_STATS).fetchall()
+    if as_json:
+        emit_json(rows)
+    elif rows:
+        emit_table([_cells(r, NOW_HEADINGS) for r in rows], list(NOW_HEADINGS.values()))
+    else:
+        click.echo("no queues yet")
+
+
+@queues.command("pause")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the queue's state as JSON.")
+@click.pass_context
+@handle_errors
+def pause_queue(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Stop workers claiming jobs of queue NAME (enqueues still work) until it is resumed.
+
+    Takes effect at each worker's next claim; running jobs finish normally.
+    """
+    with state(ctx).connect() as conn:
+        conn.execute(PAUSE, [name])
+    if as_json:
+        emit_json({"queue": name, "paused": True})
+    else:
+        click.echo(f"queue {name} paused: workers stop claiming from it; enqueues still work")
+
+
+@queues.command("resume")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the queue's state as JSON.")
+@click.pass_context
+@handle_errors
+def resume_queue(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Let workers claim jobs of queue NAME again (and wake them)."""
+    with state(ctx).connect() as conn:
+        row = conn.execute(RESUME, [name]).fetchone()
+    was_paused = bool(row and row["was_paused"])
+    if as_json:
+        emit_json({"queue": name, "paused": False, "was_paused": was_paused})
+    elif was_paused:
+        click.echo(f"queue {name} resumed")
+    else:
+        click.echo(f"queue {name} was not paused")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(stats)
+    group.add_command(queues)

@@ -1,0 +1,360 @@
+"""The dashboard's ASGI app: pages, their JSON twins under /api/, POST actions and /metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import psycopg
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import PoolTimeout
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from pgsched.dashboard import pages
+from pgsched.dashboard.html import Safe, layout
+from pgsched.dashboard.middleware import BasicAuth, SecurityHeaders, credentials_from_env
+from pgsched.dashboard.queries import STATES, Store
+from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE: Final = 50
+# Flash messages come back through the redirect's query string; only this shape is shown.
+_FLASH: Final = re.compile(r"[a-z ]{1,40} [A-Za-z0-9_.:-]{1,128}: [a-z_]{1,40}")
+
+Data = dict[str, Any]
+Loader = Callable[[Request], Awaitable[Data | None]]
+Renderer = Callable[[pages.View, Data, Request], Safe]
+
+
+def create_app(dsn: str, *, read_only: bool = False, auth: tuple[str, str] | None = None) -> Starlette:
+    """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD."""
+    store = Store(dsn)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await store.open()
+        try:
+            yield
+        finally:
+            await store.close()
+
+    credentials = auth or credentials_from_env()
+    middleware = [Middleware(SecurityHeaders)]
+    if credentials is not None:
+        middleware.append(Middleware(BasicAuth, username=credentials[0], password=credentials[1]))
+    app = Starlette(
+        routes=_routes(),
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            HTTPException: _http_error,
+            psycopg.Error: _database_error,
+            PoolTimeout: _database_error,
+        },
+    )
+    app.state.store = store
+    app.state.read_only = read_only
+    return app
+
+
+# -- loading -------------------------------------------------------------------
+
+
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def _int(request: Request, name: str, *, low: int, high: int, default: int | None = None) -> int | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be a whole number") from None
+    if not low <= value <= high:
+        raise HTTPException(400, f"{name} must be between {low} and {high}")
+    return value
+
+
+def _limit(request: Request) -> int:
+    return _int(request, "limit", low=1, high=500, default=PAGE_SIZE) or PAGE_SIZE
+
+
+def _text(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    return value or None
+
+
+async def load_overview(request: Request) -> Data | None:
+    return await _store(request).overview()
+
+
+async def load_queue(request: Request) -> Data | None:
+    state = _text(request, "state")
+    if state is not None and state not in STATES:
+        raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
+    before = _int(request, "before", low=1, high=2**63 - 1)
+    return await _store(request).queue(request.path_params["queue"], state=state, before=before, limit=_limit(request))
+
+
+async def load_job(request: Request) -> Data | None:
+    return await _store(request).job(request.path_params["job_id"])
+
+
+async def load_dead(request: Request) -> Data | None:
+    before = _int(request, "before", low=1, high=2**63 - 1)
+    return await _store(request).dead_letters(queue=_text(request, "queue"), before=before, limit=_limit(request))
+
+
+async def load_schedules(request: Request) -> Data | None:
+    return await _store(request).schedules(schedule=_text(request, "schedule"), limit=_limit(request) * 2)
+
+
+# -- pages and their JSON ------------------------------------------------------
+
+
+def _view(request: Request) -> pages.View:
+    return pages.View(
+        path=request.url.path, query=dict(request.query_params), read_only=bool(request.app.state.read_only)
+    )
+
+
+def _refresh(request: Request) -> int | None:
+    return _int(request, "refresh", low=1, high=3600)
+
+
+def _flash(request: Request) -> str | None:
+    msg = request.query_params.get("msg")
+    return msg if msg and _FLASH.fullmatch(msg) else None
+
+
+def html_page(title: Callable[[Data], str], section: str, load: Loader, render: Renderer) -> Callable[..., Any]:
+    """An endpoint that loads data and renders it as a page (404 when the loader finds nothing)."""
+
+    async def endpoint(request: Request) -> Response:
+        data = await load(request)
+        if data is None:
+            raise HTTPException(404, "Not found: it may have been removed by retention, or never existed.")
+        view = _view(request)
+        body = render(view, data, request)
+        return HTMLResponse(
+            layout(
+                title(data),
+                body,
+                section=section,
+                read_only=view.read_only,
+                refresh=_refresh(request),
+                flash=_flash(request),
+            )
+        )
+
+    return endpoint
+
+
+def json_api(load: Loader) -> Callable[..., Any]:
+    """An endpoint that returns the same data as the page, as JSON."""
+
+    async def endpoint(request: Request) -> Response:
+        data = await load(request)
+        if data is None:
+            raise HTTPException(404, "not found")
+        return JsonResponse(data)
+
+    return endpoint
+
+
+class JsonResponse(Response):
+    """JSON with times as ISO 8601, durations as seconds, NaN as null."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(_jsonable(content), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# -- actions -------------------------------------------------------------------
+
+
+def action(name: str, param: str, what: str) -> Callable[..., Any]:
+    """A POST endpoint running one Store action on a path parameter; forms are sent back where they came from."""
+
+    async def endpoint(request: Request) -> Response:
+        api = request.url.path.startswith("/api/")
+        if request.app.state.read_only:
+            raise HTTPException(403, "This dashboard is read-only.")
+        if not _same_origin(request):
+            raise HTTPException(403, "Cross-site request refused.")
+        target = request.path_params[param]
+        result = await _store(request).act(name, target)
+        log.info(
+            "dashboard: %s %s -> %s",
+            name,
+            target,
+            result,
+            extra={"action": name, "target": str(target), "result": result, "client": _client(request)},
+        )
+        if api:
+            return JsonResponse({"action": name, "target": target, "result": result})
+        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+        back = _safe_next(form.get("next"))
+        return RedirectResponse(_with_msg(back, f"{what} {target}: {result}"), status_code=303)
+
+    return endpoint
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def _same_origin(request: Request) -> bool:
+    """Refuse what a browser marks as sent from another site (forms posted by someone else's page)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+def _safe_next(value: str | None) -> str:
+    """A local path to go back to; anything else (another site, a scheme) becomes the overview."""
+    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return "/"
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
+        return "/"
+    return value
+
+
+def _with_msg(path: str, msg: str) -> str:
+    parts = urlsplit(path)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "msg"] + [("msg", msg)]
+    return parts.path + "?" + urlencode(query)
+
+
+# -- metrics, health and errors -----------------------------------------------
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus exposition of the queue gauges, read from the database now."""
+    snap: QueueSnapshot | None
+    try:
+        snap = await _store(request).snapshot()
+    except (psycopg.Error, PoolTimeout) as exc:
+        log.warning("metrics: could not read queue state: %s", exc)
+        snap = None
+    return Response(generate_latest(StaticCollector(queue_families(snap))), media_type=CONTENT_TYPE_LATEST)
+
+
+async def healthz(request: Request) -> Response:
+    try:
+        await _store(request).row("SELECT 1 AS ok")
+    except (psycopg.Error, PoolTimeout) as exc:
+        return PlainTextResponse(f"database unavailable: {exc}\n", status_code=503)
+    return PlainTextResponse("ok\n")
+
+
+def _error_page(request: Request, status: int, title: str, text: str) -> Response:
+    if request.url.path.startswith("/api/"):
+        return JsonResponse({"error": text}, status_code=status)
+    body = layout(title, pages.message(title, text), read_only=bool(request.app.state.read_only))
+    return HTMLResponse(body, status_code=status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    titles = {400: "Bad request", 403: "Refused", 404: "Not found", 405: "Method not allowed"}
+    return _error_page(request, exc.status_code, titles.get(exc.status_code, "Error"), str(exc.detail))
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    log.warning("dashboard: database error on %s: %s", request.url.path, exc)
+    return _error_page(request, 503, "Database unavailable", f"The database could not be read: {exc}")
+
+
+# -- routes --------------------------------------------------------------------
+
+
+def _routes() -> list[Route]:
+    def render_overview(view: pages.View, data: Data, request: Request) -> Safe:
+        return pages.overview(view, data, _refresh(request))
+
+    def render_queue(view: pages.View, data: Data, request: Request) -> Safe:
+        return pages.queue(view, data, _refresh(request))
+
+    def render_job(view: pages.View, data: Data, _request: Request) -> Safe:
+        return pages.job(view, data)
+
+    def render_dead(view: pages.View, data: Data, _request: Request) -> Safe:
+        return pages.dead_letters(view, data)
+
+    def render_schedules(view: pages.View, data: Data, _request: Request) -> Safe:
+        return pages.schedules(view, data)
+
+    post = ["POST"]
+    return [
+        Route("/", html_page(lambda _: "Overview", "overview", load_overview, render_overview)),
+        Route("/queues/{queue}", html_page(lambda d: f"Queue {d['queue']}", "", load_queue, render_queue)),
+        Route("/jobs/{job_id:int}", html_page(lambda d: f"Job {d['job']['id']}", "", load_job, render_job)),
+        Route("/dead", html_page(lambda _: "Dead letters", "dead", load_dead, render_dead)),
+        Route("/schedules", html_page(lambda _: "Schedules", "schedules", load_schedules, render_schedules)),
+        Route("/api/overview", json_api(load_overview)),
+        Route("/api/queues/{queue}", json_api(load_queue)),
+        Route("/api/jobs/{job_id:int}", json_api(load_job)),
+        Route("/api/dead", json_api(load_dead)),
+        Route("/api/schedules", json_api(load_schedules)),
+        Route("/metrics", metrics),
+        Route("/healthz", healthz),
+        *(
+            Route(f"{prefix}/jobs/{{job_id:int}}/{verb}", action(f"{verb}_job", "job_id", f"{verb} job"), methods=post)
+            for prefix in ("", "/api")
+            for verb in ("cancel", "retry")
+        ),
+        *(
+            Route(f"{prefix}/queues/{{name}}/{verb}", action(f"{verb}_queue", "name", f"{verb} queue"), methods=post)
+            for prefix in ("", "/api")
+            for verb in ("pause", "resume")
+        ),
+        *(
+            Route(
+                f"{prefix}/schedules/{{name}}/{verb}",
+                action(f"{verb}_schedule", "name", f"{verb} schedule"),
+                methods=post,
+            )
+            for prefix in ("", "/api")
+            for verb in ("pause", "resume")
+        ),
+    ]

@@ -1,0 +1,617 @@
+"""The dashboard's pages, rendered on the server from what queries.py read (no JavaScript)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from pgsched.dashboard.html import (
+    Column,
+    Safe,
+    ago,
+    badge,
+    button_form,
+    definition_list,
+    duration,
+    esc,
+    first_line,
+    fmt,
+    join,
+    number,
+    pretty_json,
+    short_json,
+    table,
+    timestamp,
+    url,
+)
+from pgsched.dashboard.queries import ACTIVE_STATES, STATES
+
+# Ages past these are shown as a warning (amber) or a problem (red).
+AGE_WARN_S = 60.0
+AGE_BAD_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What every page needs to know about the request: where it is and whether actions are allowed."""
+
+    path: str
+    query: Mapping[str, str]
+    read_only: bool
+
+    @property
+    def here(self) -> str:
+        """This page's address (without a flash message), for forms to come back to."""
+        return self.with_query()
+
+    def with_query(self, **changes: object) -> str:
+        """This page's address with some query parameters changed (None removes one)."""
+        merged: dict[str, object] = {k: v for k, v in self.query.items() if k != "msg"}
+        merged.update(changes)
+        params = {k: str(v) for k, v in merged.items() if v is not None and v != ""}
+        return self.path + ("?" + urlencode(params) if params else "")
+
+
+def _age(seconds: float | None) -> Safe:
+    if not seconds:
+        return Safe("")
+    cls = "bad" if seconds >= AGE_BAD_S else "warn" if seconds >= AGE_WARN_S else ""
+    return fmt('<span class="{cls}">{text}</span>', cls=cls, text=duration(seconds))
+
+
+def _count(value: int | None, cls: str = "") -> Safe:
+    if not value:
+        return fmt('<span class="muted">{v}</span>', v=number(value or 0))
+    return fmt('<span class="{cls}">{v}</span>', cls=cls, v=number(value))
+
+
+def _stat(label: str, value: object) -> Safe:
+    return fmt('<div class="stat"><b>{value}</b><span>{label}</span></div>', value=value, label=label)
+
+
+def _refresh_links(view: View, refresh: int | None) -> Safe:
+    links = [
+        fmt(
+            '<a class="{on}" href="{href}">{label}</a>',
+            on="on" if refresh == seconds else "",
+            href=view.with_query(refresh=seconds),
+            label=label,
+        )
+        for seconds, label in ((None, "off"), (5, "5s"), (30, "30s"))
+    ]
+    return fmt(
+        '<div class="toolbar">read at {now} UTC · auto-refresh: {links}</div>',
+        now=datetime.now(UTC).strftime("%H:%M:%S"),
+        links=join(links, " · "),
+    )
+
+
+def _queue_actions(view: View, queue: str, paused: bool) -> Safe:
+    if view.read_only:
+        return Safe("")
+    if paused:
+        return button_form(url("queues", queue, "resume"), "resume", next_url=view.here)
+    return button_form(url("queues", queue, "pause"), "pause", next_url=view.here, danger=True)
+
+
+def _job_actions(view: View, job_id: int, state: str) -> Safe:
+    if view.read_only:
+        return Safe("")
+    if state in ACTIVE_STATES:
+        return button_form(url("jobs", job_id, "cancel"), "cancel", next_url=view.here, danger=True)
+    if state in ("dead", "cancelled"):
+        return button_form(url("jobs", job_id, "retry"), "retry", next_url=view.here)
+    return Safe("")
+
+
+def _job_link(job_id: int) -> Safe:
+    return fmt('<a href="{href}">{id}</a>', href=url("jobs", job_id), id=job_id)
+
+
+def _queue_link(queue: str) -> Safe:
+    return fmt('<a href="{href}">{q}</a>', href=url("queues", queue), q=queue)
+
+
+# -- overview ----------------------------------------------------------------
+
+QUEUE_COLUMNS = (
+    Column("queue"),
+    Column("status"),
+    Column("scheduled", "num"),
+    Column("available", "num"),
+    Column("running", "num"),
+    Column("retrying", "num"),
+    Column("lease expired", "num"),
+    Column("oldest due", "num"),
+    Column("lag p50", "num"),
+    Column("lag p95", "num"),
+    Column("lag p99", "num"),
+    Column("done 5m", "num"),
+    Column("dead 5m", "num"),
+    Column("done/s", "num"),
+    Column("dead letters", "num"),
+    Column(""),
+)
+
+
+def _queue_row(view: View, q: Mapping[str, Any]) -> list[object]:
+    dead = q["dead_letters"]
+    return [
+        _queue_link(q["queue"]),
+        badge("paused") if q["paused"] else badge("active"),
+        number(q["scheduled"]),
+        number(q["available"]),
+        number(q["running"]),
+        _count(q["retrying"], "warn"),
+        _count(q["lease_expired"], "warn"),
+        _age(q["oldest_due_age_s"]),
+        duration(q["lag_p50_s"]),
+        duration(q["lag_p95_s"]),
+        duration(q["lag_p99_s"]),
+        number(q["completed_5m"]),
+        _count(q["dead_5m"], "bad"),
+        f"{q['completed_per_s']:.2f}",
+        fmt('<a class="bad" href="{h}">{n}</a>', h=url("dead", queue=q["queue"]), n=number(dead))
+        if dead
+        else _count(0),
+        _queue_actions(view, q["queue"], bool(q["paused"])),
+    ]
+
+
+def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
+    queues: Sequence[Mapping[str, Any]] = data["queues"]
+    totals = {key: sum(int(q[key]) for q in queues) for key in ("scheduled", "available", "running", "dead_letters")}
+    oldest = max((float(q["oldest_due_age_s"]) for q in queues), default=0.0)
+    grid = join(
+        [
+            _stat("available (due)", number(totals["available"])),
+            _stat("running", number(totals["running"])),
+            _stat("scheduled", number(totals["scheduled"])),
+            _stat("oldest due job waiting", _age(oldest) or "—"),
+            _stat("dead letters", number(totals["dead_letters"])),
+            _stat("workers live", number(data["workers_live"])),
+        ]
+    )
+    workers = table(
+        (
+            Column("name"),
+            Column("host"),
+            Column("pid", "num"),
+            Column("queues"),
+            Column("running", "num"),
+            Column("last seen", "num"),
+            Column("started"),
+            Column("version"),
+        ),
+        (
+            [
+                w["name"],
+                w["host"],
+                w["pid"],
+                ", ".join(w["queues"] or []),
+                f"{w['running']}/{w['concurrency']}" if w["concurrency"] is not None else w["running"],
+                f"{duration(w['seen_s_ago'])} ago",
+                timestamp(w["started_at"]),
+                w["version"],
+            ]
+            for w in data["workers"]
+        ),
+        empty="No live workers (none reported in the last minute).",
+    )
+    scanners = _scanners(data["scanners"], data["shard_leases"])
+    return fmt(
+        '<h1>Overview</h1>{toolbar}<div class="grid">{grid}</div>'
+        "<h2>Queues</h2>{queues}"
+        "<h2>Workers</h2>{workers}"
+        "<h2>Scanners and the shards they own</h2>{scanners}",
+        toolbar=_refresh_links(view, refresh),
+        grid=grid,
+        queues=table(
+            QUEUE_COLUMNS,
+            (_queue_row(view, q) for q in queues),
+            empty="No queues yet: nothing enqueued, nothing finished in the last 5 minutes.",
+        ),
+        workers=workers,
+        scanners=scanners,
+    )
+
+
+def _scanners(scanners: Sequence[Mapping[str, Any]], leases: Sequence[Mapping[str, Any]]) -> Safe:
+    """One row per scanner (and per lease owner that is no longer registered), with its shards and lease end."""
+    owned: dict[str, list[Mapping[str, Any]]] = {}
+    orphans: list[int] = []
+    for lease in leases:
+        if lease["owner"] is None or (lease["expires_in_s"] or 0) <= 0:
+            orphans.append(int(lease["shard"]))
+        else:
+            owned.setdefault(lease["owner"], []).append(lease)
+    rows: list[list[object]] = []
+    known = {s["name"] for s in scanners}
+    for scanner in scanners:
+        mine = owned.get(scanner["name"], [])
+        rows.append(
+            [
+                scanner["name"],
+                scanner["host"],
+                scanner["pid"],
+                shard_ranges([int(x["shard"]) for x in mine]) or _muted("none"),
+                _lease_end(min((x["expires_in_s"] for x in mine), default=None)),
+                f"{duration(scanner['seen_s_ago'])} ago",
+            ]
+        )
+    for owner in sorted(set(owned) - known):
+        mine = owned[owner]
+        ends = _lease_end(min(x["expires_in_s"] for x in mine))
+        rows.append([owner, _muted("not registered"), "", shard_ranges([int(x["shard"]) for x in mine]), ends, ""])
+    if orphans:
+        rows.append([_muted("no owner"), "", "", fmt('<span class="warn">{s}</span>', s=shard_ranges(orphans)), "", ""])
+    return table(
+        (
+            Column("scanner"),
+            Column("host"),
+            Column("pid", "num"),
+            Column("shards"),
+            Column("leases end", "num"),
+            Column("last seen", "num"),
+        ),
+        rows,
+        empty="No scanners: workers promote due jobs and expire leases themselves.",
+    )
+
+
+def shard_ranges(shards: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    parts: list[str] = []
+    ordered = sorted(shards)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}–{ordered[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _muted(text: str) -> Safe:
+    return fmt('<span class="muted">{t}</span>', t=text)
+
+
+def _lease_end(seconds: float | None) -> Safe:
+    if seconds is None:
+        return _muted("")
+    if seconds < 0:
+        return fmt('<span class="warn">expired {d} ago</span>', d=duration(-seconds))
+    return fmt("in {d}", d=duration(seconds))
+
+
+# -- queue -------------------------------------------------------------------
+
+JOB_COLUMNS = (
+    Column("id", "num"),
+    Column("state"),
+    Column("task"),
+    Column("args", "code"),
+    Column("attempt", "num"),
+    Column("priority", "num"),
+    Column("due"),
+    Column("finished"),
+    Column("worker"),
+    Column("error", "wrap"),
+    Column(""),
+)
+
+
+def queue(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
+    name: str = data["queue"]
+    stats: Mapping[str, Any] = data["stats"] or {}
+    state: str | None = data["state"]
+    paused = bool(stats.get("paused"))
+    grid = join(
+        [
+            _stat("scheduled", number(stats.get("scheduled", 0))),
+            _stat("available (due)", number(stats.get("available", 0))),
+            _stat("running", number(stats.get("running", 0))),
+            _stat("retrying", number(stats.get("retrying", 0))),
+            _stat("lease expired", number(stats.get("lease_expired", 0))),
+            _stat("oldest due", _age(stats.get("oldest_due_age_s")) or "—"),
+            _stat("lag p50", duration(stats.get("lag_p50_s")) or "—"),
+            _stat("lag p95", duration(stats.get("lag_p95_s")) or "—"),
+            _stat("lag p99", duration(stats.get("lag_p99_s")) or "—"),
+            _stat("done (5m)", number(stats.get("completed_5m", 0))),
+            _stat("dead (5m)", number(stats.get("dead_5m", 0))),
+            _stat("dead letters", number(stats.get("dead_letters", 0))),
+        ]
+    )
+    tabs = join(
+        fmt(
+            '<a class="{on}" href="{href}">{label}</a>',
+            on="on" if s == state else "",
+            href=url("queues", name, state=s),
+            label=s or "all",
+        )
+        for s in (None, *STATES)
+    )
+    rows = (
+        [
+            _job_link(j["id"]),
+            badge(j["state"]),
+            j["task"],
+            j["args"],
+            f"{j['attempt']}/{j['max_attempts']}" if j["max_attempts"] else j["attempt"],
+            j["priority"],
+            timestamp(j["run_at"]),
+            ago(j["finished_at"]),
+            j["worker"],
+            first_line(j["error"]),
+            _job_actions(view, j["id"], j["state"]),
+        ]
+        for j in data["jobs"]
+    )
+    return fmt(
+        '<h1>Queue {name} {status} {action}</h1>{toolbar}<div class="grid">{grid}</div>'
+        '<h2>Jobs</h2><div class="tabs">{tabs}</div>{jobs}{pager}',
+        name=name,
+        status=badge("paused") if paused else Safe(""),
+        action=_queue_actions(view, name, paused),
+        toolbar=_refresh_links(view, refresh),
+        grid=grid,
+        tabs=tabs,
+        jobs=table(JOB_COLUMNS, rows, empty="No jobs here."),
+        pager=_pager(view, data["next_before"]),
+    )
+
+
+def _pager(view: View, next_before: int | None) -> Safe:
+    """Links to the newest page and the next older one, when there is more than one page."""
+    links = []
+    if view.query.get("before"):
+        links.append(fmt('<a href="{h}">← newest</a>', h=view.with_query(before=None)))
+    if next_before is not None:
+        links.append(fmt('<a href="{h}">older →</a>', h=view.with_query(before=next_before)))
+    return fmt('<div class="toolbar pager">{links}</div>', links=join(links, " · ")) if links else Safe("")
+
+
+# -- job ---------------------------------------------------------------------
+
+
+def job(view: View, data: Mapping[str, Any]) -> Safe:
+    j: Mapping[str, Any] = data["job"]
+    props = definition_list(
+        {
+            "state": badge(j["state"]),
+            "queue": _queue_link(j["queue"]),
+            "task": j["task"],
+            "attempt": f"{j['attempt']} of {j['max_attempts']}" if j["max_attempts"] else j["attempt"],
+            "priority": j["priority"],
+            "due": timestamp(j["run_at"]),
+            "created": timestamp(j["created_at"]),
+            "started": timestamp(j["started_at"]),
+            "finished": timestamp(j["finished_at"]),
+            "worker": j["worker"],
+            "fencing token": j["lease_token"],
+            "lease ends": timestamp(j["lease_expires_at"]),
+            "cancel requested": timestamp(j["cancel_requested_at"]),
+            "idempotency key": j["idempotency_key"],
+            "labels": ", ".join(j["labels"] or []),
+            "tenant": j["tenant"],
+            "schedule": fmt('<a href="{h}">{s}</a>', h=url("schedules", schedule=j["schedule"]), s=j["schedule"])
+            if j["schedule"]
+            else None,
+            "shard": j["shard"],
+            "row in": f"pgsched.{j['table']}",
+        }
+    )
+    events = table(
+        (
+            Column("at"),
+            Column("event"),
+            Column("attempt", "num"),
+            Column("worker"),
+            Column("token", "num"),
+            Column("detail", "code wrap"),
+        ),
+        (
+            [
+                timestamp(e["at"], precise=True),
+                badge(e["kind"]),
+                e["attempt"],
+                e["worker"],
+                e["token"],
+                "" if e["detail"] is None else short_json(e["detail"]),
+            ]
+            for e in data["events"]
+        ),
+        empty="No transitions recorded yet (the job has not been claimed).",
+    )
+    runs = table(
+        (
+            Column("outcome"),
+            Column("attempt", "num"),
+            Column("started"),
+            Column("finished"),
+            Column("worker"),
+            Column("error", "wrap"),
+        ),
+        (
+            [
+                badge(h["state"]),
+                h["attempt"],
+                timestamp(h["started_at"]),
+                timestamp(h["finished_at"]),
+                h["worker"],
+                first_line(h["error"]),
+            ]
+            for h in data["history"]
+        ),
+        empty="Not finished yet.",
+    )
+    error = fmt('<h3>Error</h3><pre class="error">{e}</pre>', e=j["error"]) if j["error"] else Safe("")
+    result = fmt("<h3>Result</h3><pre>{r}</pre>", r=pretty_json(j["result"])) if j["result"] is not None else Safe("")
+    psql = (
+        f"SELECT * FROM pgsched.jobs WHERE id = {int(j['id'])};\n"
+        f"SELECT * FROM pgsched.job_history WHERE id = {int(j['id'])} ORDER BY finished_at;\n"
+        f"SELECT * FROM pgsched.job_events WHERE job_id = {int(j['id'])} ORDER BY at;"
+    )
+    actions = _job_actions(view, int(j["id"]), j["state"])
+    return fmt(
+        '<h1>Job {id} <span class="sub">{task}</span> {state}</h1>{actions}'
+        '<div class="split"><div>{props}</div><div><h3>Arguments</h3><pre>{args}</pre>{error}{result}</div></div>'
+        "<h2>Timeline</h2>{events}<h2>Finished runs</h2>{runs}<h2>In psql</h2><pre>{psql}</pre>",
+        id=j["id"],
+        task=j["task"],
+        state=badge(j["state"]),
+        actions=fmt('<div class="actions">{a}</div>', a=actions) if actions else Safe(""),
+        props=props,
+        args=pretty_json(j["args"]),
+        error=error,
+        result=result,
+        events=events,
+        runs=runs,
+        psql=psql,
+    )
+
+
+# -- dead letters --------------------------------------------------------------
+
+
+def dead_letters(view: View, data: Mapping[str, Any]) -> Safe:
+    current: str | None = data["queue"]
+    counts: Sequence[Mapping[str, Any]] = data["counts"]
+    total = sum(int(c["n"]) for c in counts)
+    tabs = join(
+        [
+            fmt('<a class="{on}" href="/dead">all ({n})</a>', on="" if current else "on", n=number(total)),
+            *(
+                fmt(
+                    '<a class="{on}" href="{h}">{q} ({n})</a>',
+                    on="on" if c["queue"] == current else "",
+                    h=url("dead", queue=c["queue"]),
+                    q=c["queue"],
+                    n=number(c["n"]),
+                )
+                for c in counts
+            ),
+        ]
+    )
+    rows = (
+        [
+            _job_link(d["id"]),
+            _queue_link(d["queue"]),
+            d["task"],
+            d["args"],
+            f"{d['attempt']}/{d['max_attempts']}",
+            ago(d["died_at"]),
+            d["last_worker"],
+            first_line(d["error"]),
+            _job_actions(view, d["id"], "dead"),
+        ]
+        for d in data["dead_letters"]
+    )
+    columns = (
+        Column("id", "num"),
+        Column("queue"),
+        Column("task"),
+        Column("args", "code"),
+        Column("attempts", "num"),
+        Column("died"),
+        Column("last worker"),
+        Column("error", "wrap"),
+        Column(""),
+    )
+    return fmt(
+        '<h1>Dead letters</h1><p class="muted">Jobs that used up their attempts (or were given up on). '
+        "Retry redrives one: it runs again now, with a fresh attempt budget.</p>"
+        '<div class="tabs">{tabs}</div>{table}{pager}',
+        tabs=tabs,
+        table=table(columns, rows, empty="No dead letters."),
+        pager=_pager(view, data["next_before"]),
+    )
+
+
+# -- schedules ---------------------------------------------------------------
+
+
+def schedules(view: View, data: Mapping[str, Any]) -> Safe:
+    current: str | None = data["schedule"]
+    columns = (
+        Column("name"),
+        Column("status"),
+        Column("cron", "code"),
+        Column("time zone"),
+        Column("task"),
+        Column("queue"),
+        Column("next fire"),
+        Column("in flight", "num"),
+        Column("last run"),
+        Column("policies"),
+        Column("error", "wrap"),
+        Column(""),
+    )
+    rows = (
+        [
+            fmt('<a href="{h}">{n}</a>', h=url("schedules", schedule=s["name"]), n=s["name"]),
+            badge("enabled") if s["enabled"] else badge("paused"),
+            s["cron"],
+            s["timezone"],
+            s["task"],
+            _queue_link(s["queue"]),
+            timestamp(s["next_fire_at"]),
+            s["in_flight"],
+            join([badge(s["last_state"]), " ", ago(s["last_finished_at"])]) if s["last_state"] else "",
+            f"misfire {s['misfire_policy']}, gap {s['gap_policy']}, overlap {s['overlap_policy']}, "
+            f"concurrency {s['concurrency']}",
+            fmt('<span class="bad">{e}</span>', e=first_line(s["last_error"])) if s["last_error"] else "",
+            _schedule_actions(view, s["name"], bool(s["enabled"])),
+        ]
+        for s in data["schedules"]
+    )
+    occurrences = table(
+        (
+            Column("schedule"),
+            Column("fire at"),
+            Column("local time"),
+            Column("dst"),
+            Column("decision"),
+            Column("reason", "wrap"),
+            Column("job", "num"),
+            Column("decided"),
+        ),
+        (
+            [
+                o["schedule"],
+                timestamp(o["fire_at"]),
+                o["nominal"],
+                o["dst"],
+                badge(o["decision"]),
+                o["reason"],
+                _job_link(o["job_id"]) if o["job_id"] is not None else "",
+                ago(o["decided_at"]),
+            ]
+            for o in data["occurrences"]
+        ),
+        empty="No occurrences decided yet (scanners expand schedules into jobs).",
+    )
+    heading = fmt(' of {s} · <a href="/schedules">all</a>', s=current) if current else Safe("")
+    return fmt(
+        "<h1>Schedules</h1>{table}<h2>Recent decisions{heading}</h2>{occurrences}",
+        table=table(columns, rows, empty="No schedules."),
+        heading=heading,
+        occurrences=occurrences,
+    )
+
+
+def _schedule_actions(view: View, name: str, enabled: bool) -> Safe:
+    if view.read_only:
+        return Safe("")
+    if enabled:
+        return button_form(url("schedules", name, "pause"), "pause", next_url=view.here, danger=True)
+    return button_form(url("schedules", name, "resume"), "resume", next_url=view.here)
+
+
+def message(title: str, text: str) -> Safe:
+    """A page that only says something (not found, refused, unavailable)."""
+    return fmt('<h1>{title}</h1><p>{text}</p><p><a href="/">Back to the overview</a></p>', title=title, text=esc(text))

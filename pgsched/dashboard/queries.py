@@ -1,0 +1,240 @@
+"""What the dashboard reads and does in the database: its SQL, run over an asyncio connection pool."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, LiteralString
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from pgsched.metrics import QueueSnapshot, read_snapshot_async
+
+ACTIVE_STATES: Final = ("scheduled", "available", "running")
+FINISHED_STATES: Final = ("completed", "dead", "cancelled")
+STATES: Final = ACTIVE_STATES + FINISHED_STATES
+
+WORKERS: Final[LiteralString] = """
+SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.started_at, w.last_seen,
+       w.seen_s_ago, w.version
+FROM pgsched.workers_live w
+ORDER BY w.name
+"""
+
+SCANNERS: Final[LiteralString] = """
+SELECT s.name, s.host, s.pid, s.started_at, s.last_seen,
+       EXTRACT(EPOCH FROM pg_catalog.now() - s.last_seen)::double precision AS seen_s_ago,
+       (SELECT pg_catalog.count(*) FROM pgsched.shard_leases l
+        WHERE l.owner = s.name AND l.expires_at > pg_catalog.now()) AS shards
+FROM pgsched.scanners s
+ORDER BY s.name
+"""
+
+SHARD_LEASES: Final[LiteralString] = """
+SELECT l.shard, l.owner, l.epoch, l.expires_at, l.renewed_at,
+       EXTRACT(EPOCH FROM l.expires_at - pg_catalog.now())::double precision AS expires_in_s
+FROM pgsched.shard_leases l
+ORDER BY l.shard
+"""
+
+# One page of a queue's jobs, newest id first: active rows, and each finished
+# job's latest history row (a redriven job has several; an active one none).
+QUEUE_JOBS: Final[LiteralString] = """
+WITH active AS (
+    SELECT j.id, j.state::text AS state, j.task, pg_catalog.left(j.args::text, 160) AS args, j.priority,
+           j.attempt, j.max_attempts, j.run_at, j.leased_by AS worker, j.last_error AS error,
+           j.created_at, NULL::timestamptz AS finished_at
+    FROM pgsched.jobs j
+    WHERE j.queue = %(queue)s
+      AND (%(state)s::text IS NULL OR j.state::text = %(state)s::text)
+      AND (%(state)s::text IS NULL OR %(state)s::text IN ('scheduled', 'available', 'running'))
+      AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+    ORDER BY j.id DESC
+    LIMIT %(limit)s
+), finished AS (
+    SELECT h.id, h.state::text AS state, h.task, pg_catalog.left(h.args::text, 160) AS args, h.priority,
+           h.attempt, h.max_attempts, h.run_at, h.leased_by AS worker, h.error, h.created_at, h.finished_at
+    FROM pgsched.job_history h
+    WHERE h.queue = %(queue)s
+      AND (%(state)s::text IS NULL OR h.state::text = %(state)s::text)
+      AND (%(state)s::text IS NULL OR %(state)s::text IN ('completed', 'dead', 'cancelled'))
+      AND (%(before)s::bigint IS NULL OR h.id < %(before)s::bigint)
+      AND NOT EXISTS (SELECT 1 FROM pgsched.job_history n WHERE n.id = h.id AND n.finished_at > h.finished_at)
+      AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = h.id)
+    ORDER BY h.id DESC
+    LIMIT %(limit)s
+)
+SELECT * FROM active
+UNION ALL
+SELECT * FROM finished
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+# The job wherever it is: its active row, else its latest history row.
+JOB: Final[LiteralString] = """
+SELECT * FROM (
+    SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
+           j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
+           j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.schedule, j.created_at,
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error
+    FROM pgsched.jobs j
+    WHERE j.id = %(id)s
+    UNION ALL
+    (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
+            h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
+            h.labels, h.tenant, h.shard, h.schedule, h.created_at, h.started_at, h.finished_at, h.result, h.error
+     FROM pgsched.job_history h
+     WHERE h.id = %(id)s
+     ORDER BY h.finished_at DESC
+     LIMIT 1)
+) found
+ORDER BY ("table" = 'jobs') DESC
+LIMIT 1
+"""
+
+JOB_EVENTS: Final[LiteralString] = """
+SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
+FROM pgsched.job_events e
+WHERE e.job_id = %(id)s
+ORDER BY e.at, e.kind
+"""
+
+# Earlier runs of a redriven job (every history row), newest first.
+JOB_HISTORY: Final[LiteralString] = """
+SELECT h.state::text AS state, h.attempt, h.started_at, h.finished_at, h.leased_by AS worker, h.error
+FROM pgsched.job_history h
+WHERE h.id = %(id)s
+ORDER BY h.finished_at DESC
+"""
+
+DEAD_LETTERS: Final[LiteralString] = """
+SELECT d.id, d.queue, d.task, pg_catalog.left(d.args::text, 160) AS args, d.attempt, d.max_attempts, d.error,
+       d.died_at, d.last_worker
+FROM pgsched.dead_letters d
+WHERE (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+  AND (%(before)s::bigint IS NULL OR d.id < %(before)s::bigint)
+ORDER BY d.id DESC
+LIMIT %(limit)s
+"""
+
+DEAD_LETTER_COUNTS: Final[LiteralString] = """
+SELECT d.queue, pg_catalog.count(*) AS n FROM pgsched.dead_letters d GROUP BY d.queue ORDER BY d.queue
+"""
+
+SCHEDULES: Final[LiteralString] = "SELECT * FROM pgsched.schedule_status ORDER BY name"
+
+OCCURRENCES: Final[LiteralString] = """
+SELECT o.schedule, o.fire_at, o.nominal, o.dst, o.decision, o.reason, o.job_id, o.version, o.decided_at
+FROM pgsched.schedule_occurrences o
+WHERE %(schedule)s::text IS NULL OR o.schedule = %(schedule)s::text
+ORDER BY o.decided_at DESC, o.fire_at DESC
+LIMIT %(limit)s
+"""
+
+# Actions, each one SQL function call that reports what it did.
+ACTIONS: Final[Mapping[str, LiteralString]] = {
+    "cancel_job": "SELECT pgsched.cancel(%s::bigint)::text AS result",
+    "retry_job": "SELECT pgsched.retry(%s::bigint)::text AS result",
+    "pause_queue": "SELECT CASE WHEN pgsched.pause_queue(%s::text) THEN 'paused' END AS result",
+    "resume_queue": """
+        SELECT CASE WHEN pgsched.resume_queue(%s::text) THEN 'resumed' ELSE 'was_not_paused' END AS result
+    """,
+    "pause_schedule": """
+        SELECT CASE WHEN pgsched.pause_schedule(%s::text) THEN 'paused' ELSE 'not_found' END AS result
+    """,
+    "resume_schedule": """
+        SELECT CASE WHEN pgsched.resume_schedule(%s::text) THEN 'resumed' ELSE 'not_found' END AS result
+    """,
+}
+
+Row = dict[str, Any]
+
+
+class Store:
+    """The dashboard's reads and actions, over an AsyncConnectionPool (open() before use, close() after)."""
+
+    def __init__(self, dsn: str, *, max_size: int = 4) -> None:
+        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            timeout=10.0,
+            check=AsyncConnectionPool.check_connection,
+            kwargs={"autocommit": True, "application_name": "pgsched-dashboard"},
+            name="pgsched-dashboard",
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def rows(self, query: LiteralString, params: Mapping[str, Any] | None = None) -> list[Row]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query, params)
+            found: list[Row] = await cur.fetchall()
+            return found
+
+    async def row(self, query: LiteralString, params: Mapping[str, Any] | None = None) -> Row | None:
+        found = await self.rows(query, params)
+        return found[0] if found else None
+
+    async def snapshot(self) -> QueueSnapshot:
+        async with self.pool.connection() as conn:
+            return await read_snapshot_async(conn)
+
+    async def overview(self) -> dict[str, Any]:
+        snap = await self.snapshot()
+        return {
+            "queues": snap.queues,
+            "workers_live": snap.workers_live,
+            "workers": await self.rows(WORKERS),
+            "scanners": await self.rows(SCANNERS),
+            "shard_leases": await self.rows(SHARD_LEASES),
+        }
+
+    async def queue(self, queue: str, *, state: str | None, before: int | None, limit: int) -> dict[str, Any]:
+        snap = await self.snapshot()
+        stats = next((q for q in snap.queues if q["queue"] == queue), None)
+        params = {"queue": queue, "state": state, "before": before, "limit": limit + 1}
+        jobs = await self.rows(QUEUE_JOBS, params)
+        return {"queue": queue, "stats": stats, "state": state, **_page(jobs, limit)}
+
+    async def job(self, job_id: int) -> dict[str, Any] | None:
+        job = await self.row(JOB, {"id": job_id})
+        if job is None:
+            return None
+        return {
+            "job": job,
+            "events": await self.rows(JOB_EVENTS, {"id": job_id}),
+            "history": await self.rows(JOB_HISTORY, {"id": job_id}),
+        }
+
+    async def dead_letters(self, *, queue: str | None, before: int | None, limit: int) -> dict[str, Any]:
+        rows = await self.rows(DEAD_LETTERS, {"queue": queue, "before": before, "limit": limit + 1})
+        counts = await self.rows(DEAD_LETTER_COUNTS)
+        return {"queue": queue, "counts": counts, **_page(rows, limit, key="dead_letters")}
+
+    async def schedules(self, *, schedule: str | None, limit: int) -> dict[str, Any]:
+        return {
+            "schedule": schedule,
+            "schedules": await self.rows(SCHEDULES),
+            "occurrences": await self.rows(OCCURRENCES, {"schedule": schedule, "limit": limit}),
+        }
+
+    async def act(self, action: str, target: int | str) -> str:
+        """Run one action (a key of ACTIONS) on a job id, queue or schedule name; returns what happened."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(ACTIONS[action], [target])
+            found = await cur.fetchone()
+        return str(found[0]) if found and found[0] is not None else "done"
+
+
+def _page(rows: list[Row], limit: int, *, key: str = "jobs") -> dict[str, Any]:
+    """A page of rows read with limit + 1, and the id to continue before (None on the last page)."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {key: rows, "next_before": rows[-1]["id"] if more and rows else None}

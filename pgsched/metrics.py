@@ -1,0 +1,307 @@
+"""Prometheus metrics: queue state read from the database at each scrape, and a worker's own counters.
+
+Two collectors, one per point of view:
+
+* ``QueueCollector`` asks PostgreSQL at every scrape (``pgsched.queue_stats``,
+  ``pgsched.dead_letters``, ``pgsched.workers_live``) in one read-only
+  snapshot, so the numbers are exact now, per queue, never a cached average.
+  Serve it once (``pgsched dashboard`` does, at ``/metrics``), not from every
+  worker: each worker would report the same database-wide numbers.
+* ``WorkerMetrics`` counts what one worker process did. Counting a job takes
+  no lock: each thread adds to its own tally, and a scrape sums the tallies.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, LiteralString
+
+import psycopg
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from pgsched.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+ACTIVE_STATES: Final = ("scheduled", "available", "running")
+FINISHED_STATES: Final = ("completed", "dead", "cancelled")
+LAG_QUANTILES: Final = (("0.5", "lag_p50_s"), ("0.95", "lag_p95_s"), ("0.99", "lag_p99_s"))
+# What became of a job a worker ran: the label values of pgsched_worker_jobs_total{outcome}.
+OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost")
+CLAIM_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+# One row per queue that has jobs, recent finished work, a pgsched.queues row, or dead letters.
+QUEUES_SQL: Final[LiteralString] = """
+SELECT coalesce(s.queue, d.queue) AS queue,
+       coalesce(s.paused, false) AS paused,
+       coalesce(s.scheduled, 0) AS scheduled, coalesce(s.available, 0) AS available,
+       coalesce(s.running, 0) AS running, coalesce(s.retrying, 0) AS retrying,
+       coalesce(s.lease_expired, 0) AS lease_expired, coalesce(s.oldest_due_age_s, 0) AS oldest_due_age_s,
+       coalesce(s.completed_5m, 0) AS completed_5m, coalesce(s.dead_5m, 0) AS dead_5m,
+       coalesce(s.cancelled_5m, 0) AS cancelled_5m, coalesce(s.completed_per_s, 0) AS completed_per_s,
+       s.lag_p50_s, s.lag_p95_s, s.lag_p99_s,
+       coalesce(d.dead_letters, 0) AS dead_letters
+FROM pgsched.queue_stats s
+FULL JOIN (SELECT l.queue, pg_catalog.count(*) AS dead_letters FROM pgsched.dead_letters l GROUP BY l.queue) d
+    ON d.queue = s.queue
+ORDER BY 1
+"""
+WORKERS_LIVE_SQL: Final[LiteralString] = "SELECT pg_catalog.count(*) AS n FROM pgsched.workers_live"
+SNAPSHOT_SQL: Final[LiteralString] = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """Per-queue rows (see QUEUES_SQL) and the number of live workers, read in one transaction."""
+
+    queues: list[dict[str, Any]]
+    workers_live: int
+
+
+def read_snapshot(conn: psycopg.Connection[Any]) -> QueueSnapshot:
+    """Read a QueueSnapshot now, in one repeatable-read, read-only transaction."""
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(SNAPSHOT_SQL)
+        queues = cur.execute(QUEUES_SQL).fetchall()
+        row = cur.execute(WORKERS_LIVE_SQL).fetchone()
+    return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0)
+
+
+async def read_snapshot_async(conn: psycopg.AsyncConnection[Any]) -> QueueSnapshot:
+    """read_snapshot for an asyncio connection."""
+    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SNAPSHOT_SQL)
+        queues = await (await cur.execute(QUEUES_SQL)).fetchall()
+        row = await (await cur.execute(WORKERS_LIVE_SQL)).fetchone()
+    return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0)
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
+    """The database metric families for a snapshot (None: the database could not be read)."""
+    up = GaugeMetricFamily("pgsched_database_up", "1 if the last scrape could read pgsched's views, else 0.")
+    up.add_metric([], 0 if snap is None else 1)
+    if snap is None:
+        return [up]
+    q = ["queue"]
+    jobs = GaugeMetricFamily(
+        "pgsched_jobs", "Active jobs per queue and state (scheduled, available, running).", labels=["queue", "state"]
+    )
+    oldest = GaugeMetricFamily(
+        "pgsched_oldest_due_age_seconds", "How long the oldest due, unclaimed job has waited (0: none).", labels=q
+    )
+    lag = GaugeMetricFamily(
+        "pgsched_start_lag_seconds",
+        "Start lag (started - due) quantiles of jobs finished in the last 5 minutes (NaN: none).",
+        labels=["queue", "quantile"],
+    )
+    retrying = GaugeMetricFamily("pgsched_retrying_jobs", "Jobs waiting to run again after a failed attempt.", labels=q)
+    expired = GaugeMetricFamily(
+        "pgsched_expired_leases", "Running jobs whose lease ran out and that nobody took back yet.", labels=q
+    )
+    dead = GaugeMetricFamily("pgsched_dead_letters", "Dead jobs awaiting a decision (pgsched.dead_letters).", labels=q)
+    finished = GaugeMetricFamily(
+        "pgsched_finished_jobs_5m",
+        "Jobs finished in the last 5 minutes, per queue and terminal state.",
+        labels=["queue", "state"],
+    )
+    paused = GaugeMetricFamily("pgsched_queue_paused", "1 if the queue is paused (no claims), else 0.", labels=q)
+    workers = GaugeMetricFamily("pgsched_workers_live", "Workers that reported within the last minute.")
+    workers.add_metric([], snap.workers_live)
+    for row in snap.queues:
+        name = str(row["queue"])
+        for state in ACTIVE_STATES:
+            jobs.add_metric([name, state], row[state])
+        for state in FINISHED_STATES:
+            finished.add_metric([name, state], row[f"{state}_5m"])
+        for quantile, column in LAG_QUANTILES:
+            lag.add_metric([name, quantile], _number(row[column]))
+        oldest.add_metric([name], _number(row["oldest_due_age_s"]))
+        retrying.add_metric([name], row["retrying"])
+        expired.add_metric([name], row["lease_expired"])
+        dead.add_metric([name], row["dead_letters"])
+        paused.add_metric([name], 1 if row["paused"] else 0)
+    return [up, jobs, oldest, lag, retrying, expired, dead, finished, paused, workers]
+
+
+class QueueCollector(Collector):
+    """Reads pgsched's views from the database at every scrape (one short read-only transaction)."""
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not query the database
+
+    def collect(self) -> Iterator[Metric]:
+        snap: QueueSnapshot | None
+        try:
+            with self._pool.connection() as conn:
+                snap = read_snapshot(conn)
+        except psycopg.Error as exc:
+            log.warning("metrics: could not read queue state: %s", exc)
+            snap = None
+        yield from queue_families(snap)
+
+
+class StaticCollector(Collector):
+    """Metric families already read (the dashboard reads them asynchronously, then renders)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
+class WorkerMetrics(Collector):
+    """One worker's counters, exposed by ``pgsched worker --metrics-port``.
+
+    ``count()`` is on the hot path: it adds to a dict owned by the calling
+    thread (no lock, O(1)); ``collect()`` sums those dicts at scrape time.
+    """
+
+    def __init__(
+        self, *, name: str = "", concurrency: int = 0, running: Callable[[], int] | None = None, version: str = ""
+    ) -> None:
+        self.name = name
+        self.concurrency = concurrency
+        self.running: Callable[[], int] = running or (lambda: 0)
+        self.version = version
+        self.claim_seconds = Histogram(
+            "pgsched_claim_seconds",
+            "Time of one claim round trip (pgsched.claim of a batch), in seconds.",
+            registry=None,
+            buckets=CLAIM_BUCKETS,
+        )
+        self._local = threading.local()
+        self._tallies: list[dict[tuple[str, str, str], int]] = []
+        self._claims: list[dict[tuple[str, str], int]] = []
+        self._new_thread = threading.Lock()
+
+    def _tally(self) -> dict[tuple[str, str, str], int]:
+        tally: dict[tuple[str, str, str], int] | None = getattr(self._local, "tally", None)
+        if tally is None:
+            tally = {}
+            with self._new_thread:  # once per thread
+                self._tallies.append(tally)
+            self._local.tally = tally
+        return tally
+
+    def count(self, queue: str, task: str, outcome: str, n: int = 1) -> None:
+        """Add n jobs of (queue, task) that ended with outcome (one of OUTCOMES)."""
+        tally = self._tally()
+        key = (queue, task, outcome)
+        tally[key] = tally.get(key, 0) + n
+
+    def count_claimed(self, batch: Iterable[tuple[str, str]]) -> None:
+        """Count one claimed batch, given as (queue, task) per job."""
+        claims: dict[tuple[str, str], int] | None = getattr(self._local, "claims", None)
+        if claims is None:
+            claims = {}
+            with self._new_thread:
+                self._claims.append(claims)
+            self._local.claims = claims
+        for key in batch:
+            claims[key] = claims.get(key, 0) + 1
+
+    def totals(self) -> dict[tuple[str, str, str], int]:
+        """Jobs per (queue, task, outcome), summed over threads."""
+        return _sum_tallies(self._tallies, self._new_thread)
+
+    def claimed(self) -> dict[tuple[str, str], int]:
+        """Jobs claimed per (queue, task), summed over threads."""
+        return _sum_tallies(self._claims, self._new_thread)
+
+    def describe(self) -> list[Metric]:
+        return list(self._families({}, {}, 0))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(self.totals(), self.claimed(), self.running())
+
+    def _families(
+        self, totals: dict[tuple[str, str, str], int], claimed: dict[tuple[str, str], int], running: int
+    ) -> Iterator[Metric]:
+        jobs = CounterMetricFamily(
+            "pgsched_worker_jobs",
+            "Jobs this worker ran, by queue, task and outcome (" + ", ".join(OUTCOMES) + ").",
+            labels=["queue", "task", "outcome"],
+        )
+        for key, n in sorted(totals.items()):
+            jobs.add_metric(list(key), n)
+        claims = CounterMetricFamily(
+            "pgsched_worker_claimed_jobs", "Jobs this worker claimed, by queue and task.", labels=["queue", "task"]
+        )
+        for ckey, n in sorted(claimed.items()):
+            claims.add_metric(list(ckey), n)
+        yield jobs
+        yield claims
+        yield GaugeMetricFamily(
+            "pgsched_worker_running", "Jobs this worker holds now: running, or leased and waiting for a slot.", running
+        )
+        yield GaugeMetricFamily("pgsched_worker_concurrency", "Handler slots of this worker.", self.concurrency)
+        info = GaugeMetricFamily("pgsched_worker_info", "This worker's name and version.", labels=["name", "version"])
+        info.add_metric([self.name, self.version], 1)
+        yield info
+        yield from self.claim_seconds.collect()
+
+
+def _sum_tallies(tallies: list[dict[Any, int]], lock: threading.Lock) -> dict[Any, int]:
+    with lock:
+        snapshot = list(tallies)
+    out: dict[Any, int] = {}
+    for tally in snapshot:
+        for key, n in tally.copy().items():  # dict.copy is atomic under the GIL
+            out[key] = out.get(key, 0) + n
+    return out
+
+
+@dataclass
+class MetricsServer:
+    """prometheus_client's HTTP server in a daemon thread, serving one registry."""
+
+    registry: CollectorRegistry
+    host: str = "0.0.0.0"
+    port: int = 0
+    _server: Any = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> int:
+        """Listen and serve; returns the port (useful with port 0)."""
+        try:
+            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot serve metrics on {self.host}:{self.port}: {exc}") from exc
+        self.port = int(self._server.server_port)
+        return self.port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+def worker_registry(metrics: WorkerMetrics) -> CollectorRegistry:
+    """A registry with the worker's counters and the standard process and platform metrics."""
+    registry = CollectorRegistry()
+    registry.register(metrics)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry

@@ -1,0 +1,141 @@
+"""Scenario 3: cut a worker's connections, by pg_terminate_backend, by resetting them at a proxy, and by a
+partition (the proxy holds all traffic, so nothing errors: the half-open case).
+
+The worker reconnects with backoff and keeps working without a restart; its
+jobs are rescued by lease expiry while it is cut off; after the partition
+heals its stale heartbeats and completions are refused, and its handlers
+learn they lost their lease (during the partition already: a heartbeat that
+hangs must not keep them believing they hold it).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.chaos.conftest import Env, Producer, wait_until
+
+APP = "chaos-cut"
+
+
+def completions_by(env: Env, worker: str, since: object) -> int:
+    return int(
+        env.scalar(
+            "SELECT count(*) FROM pgsched.job_history WHERE leased_by = %s AND started_at > %s", [worker, since]
+        )
+    )
+
+
+def back_to_work(env: Env, since: object, timeout: float = 30.0) -> float:
+    """Seconds from `since` (db time) until the cut worker completes a job it claimed afterwards."""
+    wait_until(lambda: completions_by(env, "cut", since) > 0, timeout, "the cut worker completing work again", env)
+    return float(
+        env.scalar(
+            "SELECT extract(epoch FROM min(finished_at) - %s) FROM pgsched.job_history"
+            " WHERE leased_by = 'cut' AND started_at > %s",
+            [since, since],
+        )
+    )
+
+
+def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, partition_s: float, lease: float) -> None:
+    proxy = env.proxy()
+    producer = Producer(env.dsn, "cut", rate=8, sleep=0.4, sleep_after=0.1).start()
+    env.closers.append(producer.stop)
+    env.scanner("scanner-1", lease=3.0)
+    cut = env.worker("cut", dsn=env.tcp_dsn(proxy.port, APP), concurrency=4, lease=lease, poll=0.5)
+    env.worker("other", concurrency=4, lease=lease, poll=0.5)
+    env.wait_workers("cut", "other")
+    recover: list[float] = []
+    since = env.scalar("SELECT clock_timestamp()")
+    back_to_work(env, since)
+
+    for _ in range(terminations):
+        since = env.scalar("SELECT clock_timestamp()")
+        killed = env.scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", [APP]
+        )
+        assert killed >= 4, f"expected the worker's 4+ connections, terminated {killed}"
+        recover.append(back_to_work(env, since))
+        time.sleep(0.5)
+
+    for _ in range(resets):
+        since = env.scalar("SELECT clock_timestamp()")
+        assert proxy.cut() >= 4
+        recover.append(back_to_work(env, since))
+        time.sleep(0.5)
+
+    told_in_partition = 0
+    acked_long: list[int] = []
+    for i in range(partitions):
+        log_before = len(cut.text())
+        # Make sure it is running long handlers when the partition starts: they must be told.
+        long_ids = env.enqueue(8, f"cut-long{i}", sleep=partition_s + 3 * lease, sleep_after=0.1)
+        acked_long += long_ids
+        wait_until(
+            lambda long_ids=long_ids: env.scalar(
+                "SELECT count(*) FROM chaos.runs WHERE worker = 'cut' AND job_id = ANY(%s)", [long_ids]
+            )
+            >= 2,
+            30,
+            "cut running long jobs",
+            env,
+        )
+        held = list(
+            env.scalar(
+                "SELECT coalesce(array_agg(id), '{}') FROM pgsched.jobs WHERE leased_by = 'cut' AND state = 'running'"
+            )
+        )
+        if i == partitions - 1 and partitions > 1:
+            proxy.down()  # the last one also refuses new connections: reconnects must back off and retry
+        proxy.hold()
+        held_at = env.scalar("SELECT clock_timestamp()")
+        time.sleep(partition_s)
+        healed_at = env.scalar("SELECT clock_timestamp()")
+        # The jobs it held were rescued and finished elsewhere meanwhile.
+        env.wait_finished(held, 30, "jobs of the partitioned worker rescued")
+        told_in_partition += int(
+            env.scalar(
+                "SELECT count(*) FROM chaos.runs WHERE worker = 'cut' AND lease_lost BETWEEN %s AND %s",
+                [held_at, healed_at],
+            )
+        )
+        proxy.heal()
+        recover.append(back_to_work(env, healed_at, timeout=40))
+        log = cut.text()[log_before:]
+        assert cut.alive()
+        print(
+            f"[chaos] partition {i + 1}: held {len(held)} jobs; after healing: "
+            f"{log.count('lease lost; telling its handler')} told, "
+            f"{log.count('rejected, the lease had moved on')} stale outcomes refused"
+        )
+
+    acked = producer.stop() + acked_long
+    env.wait_finished(acked, 90, "the backlog")
+    log = cut.text()
+    report = env.check(
+        "3. connections cut (terminate / reset / partition)",
+        acked,
+        recovery_s=max(recover),
+        notes={
+            "terminations / resets / partitions": f"{terminations} / {resets} / {partitions} x {partition_s:.0f}s",
+            "back to work after each cut (s)": " ".join(f"{r:.1f}" for r in recover),
+            "handlers told during partitions": told_in_partition,
+            "stale outcomes refused (log)": log.count("rejected, the lease had moved on"),
+            "producer retries": producer.retries,
+        },
+    )
+    assert report.ok
+    assert cut.alive() and cut.starts == 1, "the worker must recover without a restart"
+    if partitions:
+        assert told_in_partition > 0, "handlers must learn of the lost lease while partitioned"
+
+
+def test_connection_cuts_quick(env: Env) -> None:
+    run_cuts(env, terminations=1, resets=1, partitions=1, partition_s=5.0, lease=2.0)
+
+
+@pytest.mark.chaos
+def test_connection_cuts(env: Env) -> None:
+    run_cuts(env, terminations=4, resets=4, partitions=3, partition_s=8.0, lease=3.0)

@@ -1,0 +1,158 @@
+"""Running the real `pgsched` console script in a subprocess, as a user would, and seeding jobs with SQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(sys.executable).with_name("pgsched")
+
+# Variables that would point a test at another database, or at the user's own embedded server.
+_SCRUBBED = ("PGSCHED_DSN", "DATABASE_URL", "PGSCHED_APP", "PGSCHED_HOME", "COLUMNS")
+
+
+def command() -> list[str]:
+    """The installed console script, else `python -m pgsched`."""
+    return [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "pgsched"]
+
+
+def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test's environment without any DSN; the embedded fallback is off unless PGSCHED_HOME is given."""
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env.update(extra or {})
+    if "PGSCHED_HOME" not in env:
+        env["PGSCHED_NO_EMBEDDED"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished command left behind."""
+
+    args: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def __str__(self) -> str:
+        return f"pgsched {' '.join(self.args)} -> exit {self.code}\nstdout:\n{self.out}\nstderr:\n{self.err}"
+
+
+def run(*args: str, env: Mapping[str, str] | None = None, stdin: str = "", timeout: float = 60) -> Result:
+    """Run `pgsched ARGS...` from the repository root and wait for it."""
+    proc = subprocess.run(
+        [*command(), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+        env=environment(env),
+        cwd=ROOT,
+    )
+    return Result(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+class Cli:
+    """`pgsched` pointed at one database through PGSCHED_DSN."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def __call__(self, *args: str, stdin: str = "", env: Mapping[str, str] | None = None) -> Result:
+        return run(*args, env={"PGSCHED_DSN": self.dsn, **(env or {})}, stdin=stdin)
+
+    def ok(self, *args: str, stdin: str = "") -> Result:
+        """Run and insist on exit status 0."""
+        result = self(*args, stdin=stdin)
+        assert result.code == 0, str(result)
+        return result
+
+    def json(self, *args: str) -> Any:
+        """Run with --json appended and parse stdout."""
+        return self.ok(*args, "--json").json()
+
+
+# -- seeding and reading the database --------------------------------------------
+
+
+def connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+    return psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    task: str = "t.work",
+    args: dict[str, Any] | None = None,
+    *,
+    queue: str = "default",
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> int:
+    row = conn.execute(
+        "SELECT pgsched.enqueue(%s, %s, %s, %s, max_attempts => %s) AS id",
+        [task, Jsonb(args or {}), queue, run_at, max_attempts],
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def claim(conn: psycopg.Connection[Any], queue: str, worker: str = "w-e2e", lease: str = "5 minutes") -> Any:
+    """Lease the one due job of ``queue`` (tests give such jobs a queue of their own)."""
+    rows = conn.execute(
+        "SELECT id, lease_token FROM pgsched.claim(%s, ARRAY[%s], 1, %s::interval)", [worker, queue, lease]
+    ).fetchall()
+    assert len(rows) == 1, f"expected one due job in queue {queue}, claimed {rows}"
+    return rows[0]
+
+
+def make_dead(conn: psycopg.Connection[Any], queue: str, error: str, task: str = "t.doomed") -> int:
+    """A job that failed its only attempt: a dead letter with ``error``."""
+    job_id = enqueue(conn, task, queue=queue, max_attempts=1)
+    leased = claim(conn, queue)
+    state = conn.execute("SELECT pgsched.fail(%s, %s, %s) AS s", [job_id, leased["lease_token"], error]).fetchone()
+    assert state is not None
+    assert state["s"] == "dead"
+    return job_id
+
+
+def make_completed(conn: psycopg.Connection[Any], queue: str, task: str = "t.done") -> int:
+    job_id = enqueue(conn, task, queue=queue)
+    leased = claim(conn, queue)
+    conn.execute(
+        "SELECT * FROM pgsched.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])", [job_id, leased["lease_token"]]
+    )
+    return job_id
+
+
+def current(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
+    """The job's active row, else its latest history row."""
+    row = conn.execute("SELECT *, 'jobs' AS tbl FROM pgsched.jobs WHERE id = %s", [job_id]).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT *, 'job_history' AS tbl FROM pgsched.job_history WHERE id = %s ORDER BY finished_at DESC LIMIT 1",
+            [job_id],
+        ).fetchone()
+    return row  # type: ignore[no-any-return]
+
+
+def count_jobs(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM pgsched.jobs) + (SELECT count(*) FROM pgsched.job_history) AS n"
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])

@@ -1,0 +1,111 @@
+"""pgsched.heartbeat(): extends leases still held under their token and reports cancel requests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from tests.sql.helpers import (
+    Conn,
+    cancel,
+    claim,
+    claim_one,
+    complete,
+    enqueue,
+    enqueue_many,
+    expire_leases,
+    heartbeat,
+    job,
+    pair,
+    scalar,
+    snapshot,
+)
+
+
+def test_heartbeat_extends_the_lease_from_now(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn)
+    got = claim_one(conn, now=now)
+    later = now + timedelta(seconds=20)
+    assert heartbeat(conn, [pair(got)], lease=timedelta(minutes=2), now=later) == {job_id: (True, False)}
+    row = job(conn, job_id)
+    assert row is not None
+    assert row["lease_expires_at"] == later + timedelta(minutes=2)
+    assert (row["state"], row["lease_token"], row["leased_by"], row["attempt"]) == (
+        "running",
+        got["lease_token"],
+        "w1",
+        1,
+    )
+
+
+def test_a_heartbeat_keeps_the_job_from_expiring(conn: Conn, now: datetime) -> None:
+    enqueue(conn)
+    got = claim_one(conn, now=now)  # lease until now + 30 s
+    heartbeat(conn, [pair(got)], now=now + timedelta(seconds=25))
+    assert expire_leases(conn, now=now + timedelta(seconds=40)) == 0
+    assert expire_leases(conn, now=now + timedelta(seconds=56)) == 1
+
+
+def test_a_stale_token_changes_nothing_and_reports_the_lease_lost(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn)
+    old = claim_one(conn, worker="w1", now=now)
+    expire_leases(conn, now=now + timedelta(minutes=1))
+    new = claim_one(conn, worker="w2", now=now + timedelta(minutes=1))
+    before = snapshot(conn)
+    assert heartbeat(conn, [pair(old)], now=now + timedelta(minutes=1, seconds=5)) == {job_id: (False, False)}
+    assert snapshot(conn) == before
+    assert heartbeat(conn, [pair(new)], now=now + timedelta(minutes=1, seconds=5)) == {job_id: (True, False)}
+
+
+def test_a_finished_or_unknown_job_is_not_held(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    got = claim_one(conn)
+    complete(conn, [pair(got)])
+    before = snapshot(conn)
+    assert heartbeat(conn, [pair(got), (987654, 1)]) == {job_id: (False, False), 987654: (False, False)}
+    assert snapshot(conn) == before
+
+
+def test_a_waiting_job_cannot_be_heartbeaten_into_running(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    token = scalar(conn, "SELECT pg_catalog.nextval('pgsched.lease_token_seq')")
+    before = snapshot(conn)
+    assert heartbeat(conn, [(job_id, token)]) == {job_id: (False, False)}
+    assert snapshot(conn) == before
+
+
+def test_heartbeat_reports_a_cancel_request(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    got = claim_one(conn)
+    assert heartbeat(conn, [pair(got)]) == {job_id: (True, False)}
+    assert cancel(conn, job_id) == "cancel_requested"
+    assert heartbeat(conn, [pair(got)]) == {job_id: (True, True)}
+    assert heartbeat(conn, [pair(got)]) == {job_id: (True, True)}  # it stays requested
+
+
+def test_one_row_per_job_of_a_batch(conn: Conn, now: datetime) -> None:
+    enqueue_many(conn, ["t"] * 4)
+    got = claim(conn, 4, now=now)
+    held, lost, cancelled, finished = got
+    complete(conn, [pair(finished)])
+    cancel(conn, cancelled["id"])
+    stale = (lost["id"], lost["lease_token"] - 1000)
+    result = heartbeat(conn, [pair(held), stale, pair(cancelled), pair(finished)], now=now + timedelta(seconds=1))
+    assert result == {
+        held["id"]: (True, False),
+        lost["id"]: (False, False),
+        cancelled["id"]: (True, True),
+        finished["id"]: (False, False),
+    }
+    row = job(conn, lost["id"])
+    assert row is not None
+    assert row["lease_expires_at"] == now + timedelta(seconds=30)
+
+
+def test_heartbeat_with_a_worker_name_marks_the_worker_seen(conn: Conn, now: datetime) -> None:
+    conn.execute("SELECT pgsched.register_worker('w1', queues => ARRAY['default'])")
+    enqueue_many(conn, ["t"] * 2)
+    got = claim(conn, 2, worker="w1")
+    later = now + timedelta(minutes=3)
+    heartbeat(conn, [pair(g) for g in got], worker="w1", now=later)
+    row = conn.execute("SELECT last_seen, running FROM pgsched.workers WHERE name = 'w1'").fetchone()
+    assert row == {"last_seen": later, "running": 2}
