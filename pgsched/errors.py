@@ -116,7 +116,8 @@ def from_psycopg(exc: psycopg.Error) -> PgschedError:
     diag = exc.diag
     state = exc.sqlstate
     message = diag.message_primary or str(exc)
-    if diag.message_detail:
+    # "Failing row contains (...)" repeats the whole row: noise next to the constraint's name.
+    if diag.message_detail and not diag.message_detail.startswith("Failing row contains"):
         message = f"{message} ({diag.message_detail})"
     if isinstance(
         exc, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName

@@ -25,6 +25,8 @@ $$;
 -- Ids and fencing tokens each come from one sequence, so both only grow.
 CREATE SEQUENCE pgsched.jobs_id_seq AS bigint;
 CREATE SEQUENCE pgsched.lease_token_seq AS bigint;
+-- Orders audit events written in one transaction (they share `at`).
+CREATE SEQUENCE pgsched.job_events_seq AS bigint;
 
 CREATE TYPE pgsched.job_state AS ENUM (
     'scheduled',   -- waiting for run_at

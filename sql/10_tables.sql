@@ -79,6 +79,7 @@ COMMENT ON TABLE pgsched.job_history IS
     'Finished jobs (completed, dead, cancelled), partitioned by day of finished_at; retention drops whole days.';
 
 CREATE TABLE pgsched.job_events (
+    seq     bigint      NOT NULL DEFAULT pg_catalog.nextval('pgsched.job_events_seq'),
     job_id  bigint      NOT NULL,
     at      timestamptz NOT NULL,
     kind    text        NOT NULL,

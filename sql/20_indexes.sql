@@ -17,7 +17,7 @@ CREATE INDEX job_history_queue_idx ON pgsched.job_history (queue, finished_at);
 CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
     WHERE state = 'dead';
 
-CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, at);
+CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, seq);
 
 -- Occurrences of recurring schedules: overlap policies look up a schedule's runs.
 CREATE INDEX jobs_schedule_idx ON pgsched.jobs (schedule)

@@ -27,6 +27,8 @@ $$;
 -- Ids and fencing tokens each come from one sequence, so both only grow.
 CREATE SEQUENCE pgsched.jobs_id_seq AS bigint;
 CREATE SEQUENCE pgsched.lease_token_seq AS bigint;
+-- Orders audit events written in one transaction (they share `at`).
+CREATE SEQUENCE pgsched.job_events_seq AS bigint;
 
 CREATE TYPE pgsched.job_state AS ENUM (
     'scheduled',   -- waiting for run_at
@@ -146,6 +148,7 @@ COMMENT ON TABLE pgsched.job_history IS
     'Finished jobs (completed, dead, cancelled), partitioned by day of finished_at; retention drops whole days.';
 
 CREATE TABLE pgsched.job_events (
+    seq     bigint      NOT NULL DEFAULT pg_catalog.nextval('pgsched.job_events_seq'),
     job_id  bigint      NOT NULL,
     at      timestamptz NOT NULL,
     kind    text        NOT NULL,
@@ -361,7 +364,7 @@ CREATE INDEX job_history_queue_idx ON pgsched.job_history (queue, finished_at);
 CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
     WHERE state = 'dead';
 
-CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, at);
+CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, seq);
 
 -- Occurrences of recurring schedules: overlap policies look up a schedule's runs.
 CREATE INDEX jobs_schedule_idx ON pgsched.jobs (schedule)
@@ -1325,7 +1328,7 @@ BEGIN
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
         last_error = fail.error
     FROM (
-        SELECT j2.id, j2.shard,
+        SELECT j2.id, j2.shard, j2.leased_by,
                coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
         FROM pgsched.jobs j2
         WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
@@ -1335,9 +1338,10 @@ BEGIN
       AND NOT coalesce(fail.final, false)
       AND j.attempt < j.max_attempts
       AND j.cancel_requested_at IS NULL
-    RETURNING j.state, j.attempt, j.queue, j.run_at INTO v_state, v_job.attempt, v_job.queue, v_job.run_at;
+    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by
+    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by;
     IF FOUND THEN
-        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, NULL, fail.token,
+        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, v_job.leased_by, fail.token,
             pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
         IF v_state = 'available' THEN
             PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
@@ -1682,11 +1686,20 @@ BEGIN
             WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id AND o.decision <> 'queued';
         ELSE  -- replace
             FOR v_prev IN
-                SELECT o.id FROM pgsched.jobs o
+                SELECT o.id, o.shard FROM pgsched.jobs o
                 WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running')
                 ORDER BY o.id
             LOOP
-                PERFORM pgsched.cancel(v_prev.id, v_now);
+                -- Not started yet: filed as cancelled with the reason; running: asked to stop.
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_prev.id AND j.shard = v_prev.shard AND j.state = 'available'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now, pg_catalog.format(
+                        'replaced by the occurrence due at %s (concurrency policy replace)', v_occ.run_at));
+                ELSE
+                    PERFORM pgsched.cancel(v_prev.id, v_now);
+                END IF;
             END LOOP;
             UPDATE pgsched.jobs j SET state = 'available'
             WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';

@@ -102,7 +102,7 @@ JOB_EVENTS = """
 SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
 FROM pgsched.job_events e
 WHERE e.job_id = %s
-ORDER BY e.at
+ORDER BY e.at, e.seq
 """
 
 LIST_DEAD = """

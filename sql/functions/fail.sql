@@ -31,7 +31,7 @@ BEGIN
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
         last_error = fail.error
     FROM (
-        SELECT j2.id, j2.shard,
+        SELECT j2.id, j2.shard, j2.leased_by,
                coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
         FROM pgsched.jobs j2
         WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
@@ -41,9 +41,10 @@ BEGIN
       AND NOT coalesce(fail.final, false)
       AND j.attempt < j.max_attempts
       AND j.cancel_requested_at IS NULL
-    RETURNING j.state, j.attempt, j.queue, j.run_at INTO v_state, v_job.attempt, v_job.queue, v_job.run_at;
+    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by
+    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by;
     IF FOUND THEN
-        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, NULL, fail.token,
+        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, v_job.leased_by, fail.token,
             pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
         IF v_state = 'available' THEN
             PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
