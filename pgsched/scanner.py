@@ -247,9 +247,10 @@ class Scanner:
         self._shards.pop(shard_no, None)
         self._next_renew = 0.0
         log.warning(
-            "scanner %s: write for shard %s rejected, the lease moved on: %s",
+            "scanner %s: write for shard %s rejected, the lease moved on (SQLSTATE %s): %s",
             self.name,
             shard_no,
+            exc.sqlstate,
             exc.diag.message_primary,
         )
 

@@ -30,7 +30,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    -- The clock now, not at transaction start: started_at - run_at is the start lag.
+    v_now timestamptz := coalesce(p_now, pg_catalog.clock_timestamp());
     v_shards integer;
     v_audit boolean;
     v_queues text[];

@@ -130,11 +130,20 @@ BEGIN
             WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id AND o.decision <> 'queued';
         ELSE  -- replace
             FOR v_prev IN
-                SELECT o.id FROM pgsched.jobs o
+                SELECT o.id, o.shard FROM pgsched.jobs o
                 WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running')
                 ORDER BY o.id
             LOOP
-                PERFORM pgsched.cancel(v_prev.id, v_now);
+                -- Not started yet: filed as cancelled with the reason; running: asked to stop.
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_prev.id AND j.shard = v_prev.shard AND j.state = 'available'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now, pg_catalog.format(
+                        'replaced by the occurrence due at %s (concurrency policy replace)', v_occ.run_at));
+                ELSE
+                    PERFORM pgsched.cancel(v_prev.id, v_now);
+                END IF;
             END LOOP;
             UPDATE pgsched.jobs j SET state = 'available'
             WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';

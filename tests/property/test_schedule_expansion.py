@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
@@ -83,7 +83,7 @@ def outcome(conn: Conn, name: str) -> tuple[list[datetime], list[tuple[datetime,
     return [j["run_at"] for j in jobs], [(o["fire_at"], o["decision"], o["dst"]) for o in occurrences]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None)
 @given(case=cases())
 def test_any_chunking_of_a_window_creates_the_jobs_of_one_expansion(conn: Conn, case: dict[str, Any]) -> None:
     now = case["start"] - timedelta(minutes=1)  # decided ahead of time: no misfires

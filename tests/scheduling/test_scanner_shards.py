@@ -404,7 +404,7 @@ def test_pause_withdraws_and_resume_fires_again_from_now(
     assert paused_at is not None
     assert paused_at["at"] is not None
     withdrawn = [o for o in occurrences(conn, "beat") if o["decision"] == "withdrawn"]
-    assert len(withdrawn) >= 40
+    assert len(withdrawn) >= 20  # the rest of the horizon
     assert {o["reason"] for o in withdrawn} == {"schedule changed (version 2)"}
 
     # Paused for a few seconds: nothing of that time is run later.
@@ -417,7 +417,7 @@ def test_pause_withdraws_and_resume_fires_again_from_now(
     assert [at for at in every if paused_at["at"] + timedelta(seconds=1) < at < resumed_at] == []
     after = [at for at in every if at >= resumed_at]
     assert len(after) >= 50
-    assert after[0] - resumed_at < timedelta(seconds=2)  # fires again from now, not from the horizon
+    assert after[0] - resumed_at < timedelta(seconds=10)  # from now, not from where the horizon had reached
     assert duplicates(conn) == []
 
 
@@ -439,20 +439,18 @@ def test_removing_a_schedule_withdraws_what_has_not_started(
 
     removed = conn.execute("SELECT pgsched.remove_schedule('beat') AS n").fetchone()
     assert removed is not None
-    assert removed["n"] >= 50
+    assert removed["n"] >= 25
 
     left = conn.execute("SELECT id, state::text AS state FROM pgsched.jobs WHERE schedule = 'beat'").fetchall()
     assert left == [{"id": running["id"], "state": "running"}]  # running ones finish; the rest never run
     assert {o["decision"] for o in occurrences(conn, "beat") if o["job_id"] != running["id"]} == {"withdrawn"}
-    assert (
-        conn.execute(
-            "SELECT count(*) AS n FROM pgsched.schedule_occurrences WHERE decision = 'withdrawn'"
-            " AND reason = 'schedule removed'"
-        ).fetchone()["n"]
-        >= 50
-    )  # type: ignore[index]
+    gone = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.schedule_occurrences WHERE decision = 'withdrawn'"
+        " AND reason = 'schedule removed'"
+    ).fetchone()
+    assert gone == {"n": removed["n"]}
     # The scanner does not bring any of it back.
-    expansions = scanner.scanner.stats.scans
-    wait_for(lambda: scanner.scanner.stats.scans >= expansions + 3, what="more scans")
+    scans = scanner.scanner.stats.scans
+    wait_for(lambda: scanner.scanner.stats.scans >= scans + 3, what="more scans")
     assert conn.execute("SELECT id FROM pgsched.jobs WHERE schedule = 'beat'").fetchall() == [{"id": running["id"]}]
     assert conn.execute("SELECT count(*) AS n FROM pgsched.schedules").fetchone() == {"n": 0}
