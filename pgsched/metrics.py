@@ -253,7 +253,7 @@ class WorkerMetrics(Collector):
             "pgsched_worker_running", "Jobs this worker holds now: running, or leased and waiting for a slot.", running
         )
         yield GaugeMetricFamily("pgsched_worker_concurrency", "Handler slots of this worker.", self.concurrency)
-        info = GaugeMetricFamily("pgsched_worker_info", "This worker's name and version.", labels=["name", "version"])
+        info = GaugeMetricFamily("pgsched_worker_info", "This worker's name and version.", labels=["worker", "version"])
         info.add_metric([self.name, self.version], 1)
         yield info
         yield from self.claim_seconds.collect()

@@ -106,7 +106,7 @@ class Worker:
         self._giving_up = threading.Event()  # stop retrying connections
         self._forced = False
         self._shard_cursor = random.randrange(1024)
-        self.counts = {"claimed": 0, "completed": 0, "failed": 0, "dead": 0, "lost": 0, "cancelled": 0}
+        self.counts = {"claimed": 0, "completed": 0, "failed": 0, "snoozed": 0, "dead": 0, "lost": 0, "cancelled": 0}
         self._executor = Executor(self.options.concurrency, self.app.tasks.get, self._on_done)
         self._completer: Completer | None = None
         self._heartbeater: Heartbeater | None = None
@@ -144,10 +144,19 @@ class Worker:
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 on a clean stop)."""
         dsn = self.app.dsn
+        previous: dict[signal.Signals, Any] = {}
+        if self.options.install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            return self._run(dsn)
+        finally:
+            for signum, handler in previous.items():  # the caller's Ctrl-C works again
+                if handler is not None:  # None: not installed from Python, nothing to restore
+                    signal.signal(signum, handler)
+
+    def _run(self, dsn: str) -> int:
         opts = self.options
-        if opts.install_signal_handlers and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
         self._claim_db = Reconnecting(dsn, purpose=f"worker {self.name}", stop=self._stopping, prepare=opts.prepare)
         self._startup(self._claim_db.get())
         self._start_metrics()
@@ -379,6 +388,9 @@ class Worker:
         elif state == "cancelled":
             self.counts["cancelled"] += 1
             log.info("job %s cancelled", job.id, extra=extra)
+        elif outcome.kind is Kind.SNOOZE:
+            self.counts["snoozed"] += 1
+            log.info("job %s (%s) snoozed until %s", job.id, job.task, outcome.at, extra=extra)
         else:
             self.counts["failed"] += 1
             log.warning(

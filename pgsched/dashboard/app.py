@@ -15,7 +15,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -40,9 +39,11 @@ Loader = Callable[[Request], Awaitable[Data | None]]
 Renderer = Callable[[pages.View, Data, Request], Safe]
 
 
-def create_app(dsn: str, *, read_only: bool = False, auth: tuple[str, str] | None = None) -> Starlette:
+def create_app(
+    dsn: str, *, read_only: bool = False, auth: tuple[str, str] | None = None, db_timeout: float = 10.0
+) -> Starlette:
     """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD."""
-    store = Store(dsn)
+    store = Store(dsn, timeout=db_timeout)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -63,7 +64,6 @@ def create_app(dsn: str, *, read_only: bool = False, auth: tuple[str, str] | Non
         exception_handlers={
             HTTPException: _http_error,
             psycopg.Error: _database_error,
-            PoolTimeout: _database_error,
         },
     )
     app.state.store = store
@@ -273,7 +273,7 @@ async def metrics(request: Request) -> Response:
     snap: QueueSnapshot | None
     try:
         snap = await _store(request).snapshot()
-    except (psycopg.Error, PoolTimeout) as exc:
+    except psycopg.Error as exc:  # PoolTimeout included
         log.warning("metrics: could not read queue state: %s", exc)
         snap = None
     return Response(generate_latest(StaticCollector(queue_families(snap))), media_type=CONTENT_TYPE_LATEST)
@@ -282,7 +282,7 @@ async def metrics(request: Request) -> Response:
 async def healthz(request: Request) -> Response:
     try:
         await _store(request).row("SELECT 1 AS ok")
-    except (psycopg.Error, PoolTimeout) as exc:
+    except psycopg.Error as exc:  # PoolTimeout included
         return PlainTextResponse(f"database unavailable: {exc}\n", status_code=503)
     return PlainTextResponse("ok\n")
 

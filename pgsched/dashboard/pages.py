@@ -313,7 +313,7 @@ def queue(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
     grid = join(
         [
             _stat("scheduled", number(stats.get("scheduled", 0))),
-            _stat("available (due)", number(stats.get("available", 0))),
+            _stat("available", number(stats.get("available", 0))),
             _stat("running", number(stats.get("running", 0))),
             _stat("retrying", number(stats.get("retrying", 0))),
             _stat("lease expired", number(stats.get("lease_expired", 0))),
@@ -454,7 +454,7 @@ def job(view: View, data: Mapping[str, Any]) -> Safe:
     psql = (
         f"SELECT * FROM pgsched.jobs WHERE id = {int(j['id'])};\n"
         f"SELECT * FROM pgsched.job_history WHERE id = {int(j['id'])} ORDER BY finished_at;\n"
-        f"SELECT * FROM pgsched.job_events WHERE job_id = {int(j['id'])} ORDER BY at;"
+        f"SELECT * FROM pgsched.job_events WHERE job_id = {int(j['id'])} ORDER BY at, seq;"
     )
     actions = _job_actions(view, int(j["id"]), j["state"])
     return fmt(

@@ -97,7 +97,7 @@ JOB_EVENTS: Final[LiteralString] = """
 SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
 FROM pgsched.job_events e
 WHERE e.job_id = %(id)s
-ORDER BY e.at, e.kind
+ORDER BY e.at, e.seq
 """
 
 # Earlier runs of a redriven job (every history row), newest first.
@@ -154,13 +154,13 @@ Row = dict[str, Any]
 class Store:
     """The dashboard's reads and actions, over an AsyncConnectionPool (open() before use, close() after)."""
 
-    def __init__(self, dsn: str, *, max_size: int = 4) -> None:
+    def __init__(self, dsn: str, *, max_size: int = 4, timeout: float = 10.0) -> None:
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             min_size=1,
             max_size=max_size,
             open=False,
-            timeout=10.0,
+            timeout=timeout,  # seconds a request waits for a connection before it answers 503
             check=AsyncConnectionPool.check_connection,
             kwargs={"autocommit": True, "application_name": "pgsched-dashboard"},
             name="pgsched-dashboard",

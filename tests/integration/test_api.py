@@ -198,3 +198,16 @@ def test_a_refused_job_raises_invalid_job_naming_the_constraint(
             task.using(max_attempts=0).enqueue(1, conn=caller)
         caller.rollback()
     assert count_jobs(conn) == 0
+
+
+def test_enqueue_reconnects_after_the_apps_connection_drops(app: App, conn: psycopg.Connection[Any]) -> None:
+    task = app.task(name="reconnect.task")(send_welcome)
+    task.enqueue(1)
+    others = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend'"
+    ).fetchall()
+    assert len(others) == 1  # the app's own connection
+    conn.execute("SELECT pg_terminate_backend(%s)", [others[0]["pid"]])
+    task.enqueue(2)
+    assert count_jobs(conn) == 2

@@ -37,9 +37,9 @@ def start_delay(conn: psycopg.Connection[Any], job_id: int, timeout: float = 5.0
     return done["started_at"] - done["created_at"]  # type: ignore[no-any-return]
 
 
-def assert_woken_promptly(app: App, conn: psycopg.Connection[Any], rounds: int = 3) -> None:
+def assert_woken_promptly(app: App, conn: psycopg.Connection[Any], rounds: int = 2) -> None:
     for i in range(rounds):
-        time.sleep(0.3)  # let the worker settle into its 30 s wait
+        time.sleep(0.25)  # let the worker settle into its 30 s wait
         job_id = app.enqueue("wake.job", {"i": i})
         delay = start_delay(conn, job_id, timeout=3)
         assert delay < timedelta(seconds=0.5), delay
@@ -116,4 +116,4 @@ def test_without_listen_jobs_are_polled_within_the_interval(
     for i in range(3):
         time.sleep(0.2)
         job_id = app.enqueue("wake.job", {"i": i})
-        assert start_delay(conn, job_id) < timedelta(seconds=0.3 + 0.3)
+        assert start_delay(conn, job_id) < timedelta(seconds=0.3 + 0.5)

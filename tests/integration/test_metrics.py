@@ -97,7 +97,7 @@ def test_worker_counts_each_outcome_per_queue_and_task(
     assert total(found, "pgsched_worker_claimed_jobs_total") == 8
     assert value(found, "pgsched_worker_running") == 0
     assert value(found, "pgsched_worker_concurrency") == 10
-    assert value(found, "pgsched_worker_info", name=worker.name, version="0.1.0") == 1
+    assert value(found, "pgsched_worker_info", worker=worker.name, version="0.1.0") == 1
     claims = value(found, "pgsched_claim_seconds_count")
     assert claims >= 4  # at least one claim per attempt wave
     assert value(found, "pgsched_claim_seconds_bucket", le="+Inf") == claims

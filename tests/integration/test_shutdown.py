@@ -264,3 +264,27 @@ def test_a_second_sigterm_hands_back_at_once(
     assert time.monotonic() - began < 3.0, worker.output
     handed_back(conn, job_id, 2)
     assert running_jobs(conn) == 0
+
+
+def test_signal_handlers_are_restored_after_the_worker_returns(dsn: str, tmp_path: Path) -> None:
+    script = tmp_path / "burst_then_wait.py"
+    script.write_text(
+        "import time\n"
+        "from tests.integration.cli_app import app\n"
+        "assert app.run_worker(burst=True) == 0\n"
+        "print('worker returned', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    env = {**os.environ, "PGSCHED_DSN": dsn, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "worker returned\n"
+        proc.send_signal(signal.SIGINT)  # Ctrl-C must work again once the worker is done
+        _, err = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+    assert "KeyboardInterrupt" in err
+    assert proc.returncode != 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgsched import App, GiveUp, JobContext, Retry, Snooze, current_job
 from tests.integration.conftest import Running, events, wait_all, wait_for, wait_state
@@ -202,17 +204,23 @@ def test_retry_at_the_last_attempt_is_dead(app: App, conn: psycopg.Connection[An
     assert wait_state(conn, job_id, "dead")["attempt"] == 2
 
 
-def test_snooze_does_not_consume_attempts(app: App, conn: psycopg.Connection[Any], start_worker: StartWorker) -> None:
+def test_snooze_does_not_consume_attempts(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
     @app.task(name="snoozer", max_attempts=1)
     def snoozer(ctx: JobContext) -> int:
         if ctx.attempt < 3:
             raise Snooze(timedelta(milliseconds=200))
         return ctx.attempt
 
+    caplog.set_level(logging.INFO, logger="pgsched")
     job_id = snoozer.enqueue()
-    start_worker(poll_interval=0.05)
+    running = start_worker(poll_interval=0.05)
     done = wait_state(conn, job_id, "completed", timeout=5)
     assert done["result"] == 3
+    wait_for(lambda: running.worker.counts["completed"] == 1, what="the completion counted")
+    assert running.worker.counts["failed"] == 0  # a snooze is no failure
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     snoozed, claimed = events(conn, job_id, "snoozed"), events(conn, job_id, "claimed")
     assert len(snoozed) == 2
     assert not events(conn, job_id, "failed")

@@ -1,0 +1,310 @@
+"""`pgsched doctor`: health checks of a pgsched database, with what to look at when one fails."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+import click
+import psycopg
+from psycopg.rows import dict_row
+
+from pgsched.cli.common import duration_callback, emit_json, emit_table, handle_errors, state
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass
+class Check:
+    check: str
+    status: str
+    detail: str
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_xact_age: timedelta
+    max_idle_xact: timedelta
+    max_due_age: timedelta
+    max_dead_ratio: float
+
+
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value or 0)
+
+
+def check_connection(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    row = conn.execute("SELECT current_setting('server_version') AS v, current_database() AS db").fetchone()
+    assert row is not None
+    return Check("connection", OK, f"PostgreSQL {row['v']}, database {row['db']}")
+
+
+def check_schema(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    from pgsched.errors import SchemaError
+    from pgsched.schema import check_compatible
+
+    try:
+        return Check("schema", OK, f"revision {check_compatible(conn)}")
+    except SchemaError as exc:
+        return Check("schema", FAIL, str(exc))
+
+
+def check_listen(dsn: str, timeout: float = 2.0) -> Check:
+    """LISTEN on one connection, NOTIFY from another: what workers rely on for prompt wake-ups."""
+    channel = "pgsched_doctor"
+    try:
+        with (
+            psycopg.connect(dsn, autocommit=True, connect_timeout=5) as listener,
+            psycopg.connect(dsn, autocommit=True, connect_timeout=5) as sender,
+        ):
+            listener.execute(f"LISTEN {channel}")
+            sender.execute("SELECT pg_notify(%s, 'ping')", [channel])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic()), stop_after=1):
+                    if note.channel == channel:
+                        return Check("listen/notify", OK, "a NOTIFY from another session arrived")
+    except psycopg.Error as exc:
+        return Check("listen/notify", WARN, f"LISTEN failed: {exc}; workers poll instead")
+    return Check(
+        "listen/notify",
+        WARN,
+        "a NOTIFY did not arrive (a transaction-pooling PgBouncer?): run workers with --no-listen; they poll",
+    )
+
+
+def check_horizon(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list[Check]:
+    """Who holds back the xmin horizon (so VACUUM cannot remove pgsched's dead rows), and idle transactions."""
+    holders = conn.execute(
+        """
+        SELECT pid, usename AS "user", application_name, client_addr::text AS client, state,
+               now() - xact_start AS xact_age, age(backend_xmin) AS xmin_age,
+               left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query
+        FROM pg_stat_activity
+        WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+        ORDER BY age(backend_xmin) DESC, xact_start
+        LIMIT 5
+        """
+    ).fetchall()
+    others = conn.execute(
+        """
+        SELECT 'prepared transaction ' || gid AS what, age(transaction) AS xmin_age FROM pg_prepared_xacts
+        UNION ALL
+        SELECT 'replication slot ' || slot_name, age(coalesce(xmin, catalog_xmin)) FROM pg_replication_slots
+        WHERE coalesce(xmin, catalog_xmin) IS NOT NULL
+        ORDER BY 2 DESC
+        """
+    ).fetchall()
+    checks: list[Check] = []
+    if holders and _seconds(holders[0]["xact_age"]) > limits.max_xact_age.total_seconds():
+        h = holders[0]
+        checks.append(
+            Check(
+                "xmin horizon",
+                FAIL,
+                f"pid {h['pid']} ({h['application_name'] or h['user']}, {h['state']}) has held a snapshot for "
+                f"{_seconds(h['xact_age']):.0f}s ({h['xmin_age']} transactions): VACUUM cannot clean pgsched's "
+                f"tables behind it. Query: {h['query']!r}. End it: SELECT pg_terminate_backend({h['pid']})",
+                {"pid": h["pid"], "holders": holders},
+            )
+        )
+    elif others and others[0]["xmin_age"] > 1_000_000:
+        checks.append(Check("xmin horizon", FAIL, f"{others[0]['what']} holds the horizon back", {"holders": others}))
+    else:
+        oldest = f"oldest snapshot {_seconds(holders[0]['xact_age']):.0f}s (pid {holders[0]['pid']})" if holders else ""
+        checks.append(Check("xmin horizon", OK, oldest or "no long transaction holds it back", {"holders": holders}))
+
+    idle = conn.execute(
+        """
+        SELECT pid, application_name, now() - state_change AS idle_for,
+               left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query
+        FROM pg_stat_activity
+        WHERE state IN ('idle in transaction', 'idle in transaction (aborted)') AND pid <> pg_backend_pid()
+        ORDER BY state_change
+        """
+    ).fetchall()
+    long_idle = [r for r in idle if _seconds(r["idle_for"]) > limits.max_idle_xact.total_seconds()]
+    if long_idle:
+        r = long_idle[0]
+        checks.append(
+            Check(
+                "idle in transaction",
+                FAIL,
+                f"{len(long_idle)} session(s); the oldest, pid {r['pid']} ({r['application_name']}), idle for "
+                f"{_seconds(r['idle_for']):.0f}s after {r['query']!r}",
+                {"sessions": idle},
+            )
+        )
+    else:
+        checks.append(Check("idle in transaction", OK, f"{len(idle)} session(s), none for long", {"sessions": idle}))
+    return checks
+
+
+def check_dead_tuples(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> Check:
+    rows = conn.execute(
+        """
+        SELECT relname AS "table", n_live_tup AS live, n_dead_tup AS dead,
+               greatest(last_autovacuum, last_vacuum) AS last_vacuum
+        FROM pg_stat_user_tables
+        WHERE schemaname = 'pgsched' AND n_dead_tup > 0
+        ORDER BY n_dead_tup DESC
+        LIMIT 10
+        """
+    ).fetchall()
+    bloated = [r for r in rows if r["dead"] > 10_000 and r["dead"] > limits.max_dead_ratio * max(r["live"], 1)]
+    total = sum(r["dead"] for r in rows)
+    if bloated:
+        r = bloated[0]
+        return Check(
+            "dead tuples",
+            WARN,
+            f"{r['table']}: {r['dead']} dead vs {r['live']} live rows (vacuumed {r['last_vacuum'] or 'never'}); "
+            "a long transaction (see xmin horizon) or slow autovacuum",
+            {"tables": rows},
+        )
+    return Check("dead tuples", OK, f"{total} dead rows over pgsched's tables", {"tables": rows})
+
+
+def check_jobs(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list[Check]:
+    row = conn.execute(
+        """
+        SELECT (SELECT count(*) FROM pgsched.jobs
+                WHERE state = 'running' AND lease_expires_at < now() - interval '1 minute') AS expired,
+               (SELECT min(lease_expires_at) FROM pgsched.jobs
+                WHERE state = 'running' AND lease_expires_at < now() - interval '1 minute') AS oldest_expired,
+               (SELECT extract(epoch FROM now() - min(run_at)) FROM pgsched.jobs
+                WHERE state IN ('available', 'scheduled') AND run_at <= now()) AS oldest_due_s,
+               (SELECT count(*) FROM pgsched.jobs
+                WHERE state IN ('available', 'scheduled') AND run_at <= now()) AS due
+        """
+    ).fetchone()
+    assert row is not None
+    checks = []
+    if row["expired"]:
+        checks.append(
+            Check(
+                "expired leases",
+                FAIL,
+                f"{row['expired']} running jobs' leases ran out over a minute ago (since {row['oldest_expired']}) "
+                "and nothing handed them back: is any scanner or worker running?",
+            )
+        )
+    else:
+        checks.append(Check("expired leases", OK, "none left behind"))
+    age = float(row["oldest_due_s"] or 0)
+    status = FAIL if age > limits.max_due_age.total_seconds() else OK
+    checks.append(Check("oldest due job", status, f"{row['due']} due, the oldest waiting {age:.1f}s"))
+    return checks
+
+
+def check_processes(conn: psycopg.Connection[dict[str, Any]]) -> list[Check]:
+    workers = conn.execute(
+        "SELECT count(*) AS n, coalesce(sum(running), 0) AS running FROM pgsched.workers_live"
+    ).fetchone()
+    scanners = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.scanners WHERE last_seen > now() - interval '1 minute'"
+    ).fetchone()
+    orphaned = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.shard_leases WHERE owner IS NULL OR expires_at < now()"
+    ).fetchone()
+    assert workers is not None
+    assert scanners is not None
+    assert orphaned is not None
+    checks = [
+        Check(
+            "workers",
+            OK if workers["n"] else WARN,
+            f"{workers['n']} live, running {workers['running']} jobs" if workers["n"] else "no live worker",
+        )
+    ]
+    if scanners["n"]:
+        detail = f"{scanners['n']} live" + (f"; {orphaned['n']} shards without a live owner" if orphaned["n"] else "")
+        checks.append(Check("scanners", OK if not orphaned["n"] else WARN, detail))
+    else:
+        checks.append(Check("scanners", WARN, "no live scanner: workers promote and expire by themselves (slower)"))
+    return checks
+
+
+def check_notify_queue(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    row = conn.execute("SELECT pg_notification_queue_usage() AS usage").fetchone()
+    assert row is not None
+    usage = float(row["usage"])
+    status = FAIL if usage > 0.5 else WARN if usage > 0.1 else OK
+    detail = f"{usage:.1%} used"
+    if status != OK:
+        detail += ": a listener is not reading (often one idle in a transaction); NOTIFY fails when it is full"
+    return Check("notify queue", status, detail)
+
+
+def run_checks(dsn: str, limits: Limits) -> list[Check]:
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10)
+    except psycopg.Error as exc:
+        return [Check("connection", FAIL, str(exc).strip())]
+    with conn:
+        checks = [check_connection(conn), check_schema(conn)]
+        if checks[-1].status == FAIL:
+            return checks
+        checks.append(check_listen(dsn))
+        checks += check_horizon(conn, limits)
+        checks.append(check_dead_tuples(conn, limits))
+        checks += check_jobs(conn, limits)
+        checks += check_processes(conn)
+        checks.append(check_notify_queue(conn))
+    return checks
+
+
+@click.command()
+@click.option(
+    "--max-xact-age",
+    default="5m",
+    show_default=True,
+    callback=duration_callback,
+    help="A snapshot held longer than this fails the xmin horizon check.",
+)
+@click.option(
+    "--max-idle-xact",
+    default="1m",
+    show_default=True,
+    callback=duration_callback,
+    help="A session idle in a transaction longer than this fails.",
+)
+@click.option(
+    "--max-due-age",
+    default="5m",
+    show_default=True,
+    callback=duration_callback,
+    help="A due job waiting longer than this fails.",
+)
+@click.option("--max-dead-ratio", type=float, default=1.0, show_default=True, help="Dead/live rows that warn.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.pass_context
+@handle_errors
+def doctor(
+    ctx: click.Context,
+    max_xact_age: timedelta,
+    max_idle_xact: timedelta,
+    max_due_age: timedelta,
+    max_dead_ratio: float,
+    as_json: bool,
+) -> None:
+    """Check the database pgsched runs on: connection, schema, LISTEN, the xmin horizon and who holds it,
+    idle transactions, dead rows, expired leases, the oldest due job, live workers and scanners, and the
+    NOTIFY queue. Exits 1 when a check fails (warnings do not)."""
+    limits = Limits(max_xact_age, max_idle_xact, max_due_age, max_dead_ratio)
+    checks = run_checks(state(ctx).resolve(), limits)
+    if as_json:
+        emit_json([asdict(c) for c in checks])
+    else:
+        emit_table(
+            [{"check": c.check, "status": c.status, "detail": c.detail} for c in checks], ["check", "status", "detail"]
+        )
+    sys.exit(1 if any(c.status == FAIL for c in checks) else 0)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(doctor)
