@@ -157,7 +157,7 @@ class Completer:
 
         def run(conn: psycopg.Connection[Any]) -> str:
             if outcome.kind is Kind.SNOOZE:
-                row = conn.execute(queries.SNOOZE, (job.id, job.lease_token, outcome.at)).fetchone()
+                row = conn.execute(queries.SNOOZE, (job.id, job.lease_token, outcome.delay)).fetchone()
             else:
                 row = conn.execute(
                     queries.FAIL,
@@ -165,7 +165,7 @@ class Completer:
                         job.id,
                         job.lease_token,
                         outcome.error or "",
-                        outcome.at if outcome.kind is Kind.RETRY_AT else None,
+                        outcome.delay if outcome.kind is Kind.RETRY_AT else None,
                         outcome.kind is Kind.DEAD,
                     ),
                 ).fetchone()

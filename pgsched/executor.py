@@ -9,7 +9,6 @@ import logging
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pgsched.errors import LeaseLost
@@ -47,9 +46,9 @@ def run_sync(
     except (asyncio.CancelledError, concurrent.futures.CancelledError):
         if ctx.lease_lost:
             return Outcome(job, Kind.DISCARD, error="lease lost")
-        return from_exception(job, _cancelled(ctx), datetime.now(UTC))
+        return from_exception(job, _cancelled(ctx))
     except BaseException as exc:
-        return from_exception(job, exc, datetime.now(UTC))
+        return from_exception(job, exc)
     finally:
         _current.reset(token)
 
@@ -65,9 +64,9 @@ async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
     except asyncio.CancelledError:
         if ctx.lease_lost:
             return Outcome(job, Kind.DISCARD, error="lease lost")
-        return from_exception(job, _cancelled(ctx), datetime.now(UTC))
+        return from_exception(job, _cancelled(ctx))
     except BaseException as exc:
-        return from_exception(job, exc, datetime.now(UTC))
+        return from_exception(job, exc)
     finally:
         _current.reset(token)
 
@@ -213,4 +212,4 @@ async def _await(awaitable: Awaitable[T]) -> T:
 def _stopped_before_start(ctx: JobContext) -> Outcome:
     if ctx.lease_lost:
         return Outcome(ctx.job, Kind.DISCARD, error="lease lost")
-    return from_exception(ctx.job, _cancelled(ctx), datetime.now(UTC))
+    return from_exception(ctx.job, _cancelled(ctx))

@@ -6,7 +6,7 @@ import json
 import logging
 import traceback
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 class Kind(StrEnum):
     COMPLETE = "complete"  # pgsched.complete()
     FAIL = "fail"  # pgsched.fail(): retry with backoff, or dead when attempts are used up
-    RETRY_AT = "retry_at"  # pgsched.fail(retry_at => ...)
+    RETRY_AT = "retry_at"  # pgsched.fail(retry_at => now() + delay)
     DEAD = "dead"  # pgsched.fail(final => true)
     SNOOZE = "snooze"  # pgsched.snooze()
     DISCARD = "discard"  # the lease is gone: write nothing
@@ -33,7 +33,7 @@ class Outcome:
     kind: Kind
     result: str | None = None  # JSON text, for COMPLETE
     error: str | None = None
-    at: datetime | None = None  # RETRY_AT / SNOOZE
+    delay: timedelta | None = None  # RETRY_AT / SNOOZE: added to the database's clock
 
 
 def success(job: ClaimedJob, value: Any) -> Outcome:
@@ -53,14 +53,14 @@ def success(job: ClaimedJob, value: Any) -> Outcome:
     return Outcome(job, Kind.COMPLETE, result=text)
 
 
-def from_exception(job: ClaimedJob, exc: BaseException, now: datetime) -> Outcome:
+def from_exception(job: ClaimedJob, exc: BaseException) -> Outcome:
     """Map what a handler raised to the transition it asks for."""
     if isinstance(exc, LeaseLost):
         return Outcome(job, Kind.DISCARD, error=str(exc))
     if isinstance(exc, Retry):
-        return Outcome(job, Kind.RETRY_AT, error=exc.reason, at=now + exc.delay)
+        return Outcome(job, Kind.RETRY_AT, error=exc.reason, delay=exc.delay)
     if isinstance(exc, Snooze):
-        return Outcome(job, Kind.SNOOZE, at=now + exc.delay)
+        return Outcome(job, Kind.SNOOZE, delay=exc.delay)
     if isinstance(exc, GiveUp):
         return Outcome(job, Kind.DEAD, error=f"gave up: {exc}")
     if isinstance(exc, JobCancelled):

@@ -2,13 +2,18 @@
 -- Each block starts with `-- name: <name>`; queries.py loads them once.
 
 -- name: enqueue
-SELECT pgsched.enqueue(%s, %s, %s, %s, %s, %s, %s, %s, %s);
+SELECT pgsched.enqueue(%s, %s, %s, coalesce(%s::timestamptz, now() + %s::interval), %s, %s, %s, %s, %s);
 
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job).
-SELECT job_id FROM pgsched.enqueue_many(%s::text[], ARRAY(SELECT pg_catalog.jsonb_array_elements(%s::jsonb)),
-                                        %s::text[], %s::timestamptz[], %s::integer[], %s::text[],
-                                        %s::integer[], %s::text[]);
+-- Delays are added to the database's clock.
+SELECT job_id FROM pgsched.enqueue_many(
+    %s::text[],
+    ARRAY(SELECT pg_catalog.jsonb_array_elements(%s::jsonb)),
+    %s::text[],
+    ARRAY(SELECT coalesce(u.r, now() + u.d)
+          FROM unnest(%s::timestamptz[], %s::interval[]) WITH ORDINALITY AS u(r, d, n) ORDER BY u.n),
+    %s::integer[], %s::text[], %s::integer[], %s::text[]);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
@@ -21,11 +26,13 @@ SELECT job_id, held, cancel_requested FROM pgsched.heartbeat(%s::bigint[], %s::b
 -- name: complete
 SELECT job_id, accepted FROM pgsched.complete(%s::bigint[], %s::bigint[], %s::jsonb[], %s::smallint[]);
 
+-- Delays are added to the database's clock, never the worker's (a NULL delay
+-- means the task's backoff).
 -- name: fail
-SELECT pgsched.fail(%s, %s, %s, %s, %s);
+SELECT pgsched.fail(%s, %s, %s, now() + %s::interval, %s);
 
 -- name: snooze
-SELECT pgsched.snooze(%s, %s, %s);
+SELECT pgsched.snooze(%s, %s, now() + %s::interval);
 
 -- name: release
 SELECT job_id, outcome FROM pgsched.release(%s::bigint[], %s::bigint[]);

@@ -22,7 +22,10 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
-    """A job to enqueue: task name, JSON args and options (None means the task's or the database's default)."""
+    """A job to enqueue: task name, JSON args and options (None means the task's or the database's default).
+
+    ``delay`` is added to the database's clock at enqueue; ``run_at`` wins when both are set.
+    """
 
     task: str
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -34,16 +37,6 @@ class JobSpec:
     max_attempts: int | None = None
     labels: Sequence[str] = ()
     tenant: str | None = None
-
-    def due_at(self) -> datetime | None:
-        """run_at, or now + delay (server time is used when both are None)."""
-        if self.run_at is not None:
-            return self.run_at
-        if self.delay is not None:
-            from datetime import UTC
-
-            return datetime.now(UTC) + self.delay
-        return None
 
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""

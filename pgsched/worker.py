@@ -390,7 +390,7 @@ class Worker:
             log.info("job %s cancelled", job.id, extra=extra)
         elif outcome.kind is Kind.SNOOZE:
             self.counts["snoozed"] += 1
-            log.info("job %s (%s) snoozed until %s", job.id, job.task, outcome.at, extra=extra)
+            log.info("job %s (%s) snoozed for %s", job.id, job.task, outcome.delay, extra=extra)
         else:
             self.counts["failed"] += 1
             log.warning(
