@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -82,14 +84,20 @@ def _cancelled(ctx: JobContext) -> BaseException:
 class Executor:
     """Slots for running handlers. ``submit`` never blocks; the worker bounds what it submits.
 
-    Every job waits in one queue for one of ``concurrency`` slots, whatever its
-    kind: a slot runs a sync handler itself, or hands a coroutine to the event
-    loop and waits for it, so sync and async handlers share the same limit.
+    At most ``concurrency`` jobs run at once, whatever their kind; the others
+    wait, in order, for a slot. A sync handler runs on one of the pool's
+    threads. A coroutine handler runs as a task on the event loop thread:
+    jobs are handed to the loop a batch at a time and finish there, so a
+    no-op coroutine costs no thread switch of its own.
     """
 
     def __init__(self, concurrency: int, resolve: Resolve, done: Done) -> None:
+        self._concurrency = concurrency
         self._resolve = resolve
         self._done = done
+        self._lock = threading.Lock()
+        self._waiting: deque[JobContext] = deque()
+        self._running = 0
         self._queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._thread_loop, name=f"pgsched-handler-{i}", daemon=True)
@@ -121,20 +129,85 @@ class Executor:
         self._loop.call_soon(self._started.set)
         self._loop.run_forever()
 
-    def submit(self, ctx: JobContext) -> None:
-        self._queue.put(ctx)
+    # -- admission -------------------------------------------------------
 
-    def _run(self, ctx: JobContext) -> Outcome:
-        task = self._resolve(ctx.job.task)
-        if ctx.cancel_requested:
-            # Cancelled (or lost) while it waited for a slot: do not start it.
-            return _stopped_before_start(ctx)
-        if task is not None and task.is_async:
-            try:
-                return self._on_loop(ctx, run_async(task, ctx))
-            except (asyncio.CancelledError, concurrent.futures.CancelledError):
-                return _stopped_before_start(ctx)
-        return run_sync(task, ctx, lambda awaitable: self._on_loop(ctx, _await(awaitable)))
+    def submit(self, ctx: JobContext) -> None:
+        self.submit_many([ctx])
+
+    def submit_many(self, contexts: list[JobContext]) -> None:
+        """Queue jobs for slots; those that find a free slot start now."""
+        with self._lock:
+            self._waiting.extend(contexts)
+            starting = self._take_slots()
+        self._launch(starting)
+
+    def _take_slots(self) -> list[JobContext]:
+        # Caller holds self._lock.
+        starting: list[JobContext] = []
+        while self._running < self._concurrency and self._waiting:
+            starting.append(self._waiting.popleft())
+            self._running += 1
+        return starting
+
+    def _launch(self, contexts: list[JobContext]) -> None:
+        coroutines: list[tuple[Task[Any, Any], JobContext]] = []
+        for ctx in contexts:
+            task = self._resolve(ctx.job.task)
+            if task is not None and task.is_async:
+                coroutines.append((task, ctx))
+            else:
+                self._queue.put(ctx)
+        if coroutines:
+            loop = self._ensure_loop()
+            if threading.current_thread() is self._loop_thread:
+                self._start_coroutines(coroutines)
+            else:
+                loop.call_soon_threadsafe(self._start_coroutines, coroutines)
+
+    def _finish(self, ctx: JobContext, outcome: Outcome) -> None:
+        try:
+            self._done(ctx, outcome)
+        except Exception:  # pragma: no cover - a bug in the worker; keep the slot accounting right
+            log.exception("recording the outcome of job %s failed", ctx.id)
+        with self._lock:
+            self._running -= 1
+            starting = self._take_slots()
+        if starting:
+            self._launch(starting)
+
+    # -- coroutine handlers (on the loop thread) -------------------------
+
+    def _start_coroutines(self, batch: list[tuple[Task[Any, Any], JobContext]]) -> None:
+        assert self._loop is not None
+        for task, ctx in batch:
+            if ctx.cancel_requested:
+                # Cancelled (or lost) while it waited for a slot: do not start it.
+                self._finish(ctx, _stopped_before_start(ctx))
+                continue
+            running = self._loop.create_task(run_async(task, ctx))
+            self._tasks[ctx.id] = running
+            running.add_done_callback(functools.partial(self._coroutine_done, ctx))
+
+    def _coroutine_done(self, ctx: JobContext, running: asyncio.Task[Outcome]) -> None:
+        self._tasks.pop(ctx.id, None)
+        outcome = _stopped_before_start(ctx) if running.cancelled() else running.result()
+        self._finish(ctx, outcome)
+
+    # -- sync handlers (on the pool's threads) ---------------------------
+
+    def _thread_loop(self) -> None:
+        while True:
+            ctx = self._queue.get()
+            if ctx is None:
+                return
+            if ctx.cancel_requested:
+                outcome = _stopped_before_start(ctx)
+            else:
+                outcome = run_sync(self._resolve(ctx.job.task), ctx, functools.partial(self._await_for, ctx))
+            self._finish(ctx, outcome)
+
+    def _await_for(self, ctx: JobContext, awaitable: Awaitable[Any]) -> Any:
+        return self._on_loop(ctx, _await(awaitable))
 
     def _on_loop(self, ctx: JobContext, coro: Coroutine[Any, Any, T]) -> T:
         """Run coro on the event loop as ctx's job (cancel_async reaches it), holding this slot until it ends."""
@@ -155,6 +228,8 @@ class Executor:
         finally:
             self._tasks.pop(ctx.id, None)
 
+    # -- control ---------------------------------------------------------
+
     def cancel_async(self, job_id: int) -> None:
         """Cancel the coroutine of a job, if it is one (sync handlers watch their context instead)."""
         loop = self._loop
@@ -170,25 +245,10 @@ class Executor:
 
     def take_unstarted(self) -> list[JobContext]:
         """Remove and return the jobs that wait for a slot (for handing back at shutdown)."""
-        taken: list[JobContext] = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return taken
-            if item is not None:
-                taken.append(item)
-
-    def _thread_loop(self) -> None:
-        while True:
-            ctx = self._queue.get()
-            if ctx is None:
-                return
-            outcome = self._run(ctx)
-            try:
-                self._done(ctx, outcome)
-            except Exception:  # pragma: no cover - a bug in the worker, keep the thread alive
-                log.exception("recording the outcome of job %s failed", ctx.id)
+        with self._lock:
+            taken = list(self._waiting)
+            self._waiting.clear()
+        return taken
 
     def shutdown(self) -> None:
         for _ in self._threads:

@@ -299,8 +299,7 @@ class Worker:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
         self.metrics.count_claimed((job.queue, job.task) for job in jobs)
-        for ctx in contexts:
-            self._executor.submit(ctx)
+        self._executor.submit_many(contexts)
         return len(jobs)
 
     def _drained(self) -> bool:
