@@ -25,12 +25,18 @@ class Listener:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
 
-    def drain(self, timeout: float = 0.5) -> list[tuple[str, str]]:
-        """(channel, payload) of every notification delivered within timeout seconds."""
-        return [(n.channel, n.payload) for n in self.conn.notifies(timeout=timeout)]
+    def drain(self, expect: int = 0, *, settle: float = 0.3) -> list[tuple[str, str]]:
+        """(channel, payload) of the notifications delivered: waits up to 5 s for `expect` of them,
+        then settle seconds more for any that should not be there."""
+        got = []
+        if expect:
+            got += [(n.channel, n.payload) for n in self.conn.notifies(timeout=5.0, stop_after=expect)]
+        got += [(n.channel, n.payload) for n in self.conn.notifies(timeout=settle)]
+        return got
 
-    def payloads(self, channel: str = "pgsched_jobs", timeout: float = 0.5) -> list[str]:
-        return [payload for ch, payload in self.drain(timeout) if ch == channel]
+    def payloads(self, expect: int, channel: str = "pgsched_jobs") -> list[str]:
+        """Payloads of one channel, as drain() collects them."""
+        return [payload for ch, payload in self.drain(expect) if ch == channel]
 
 
 @pytest.fixture

@@ -200,9 +200,9 @@ def history(conn: Conn, job_id: int) -> list[Row]:
 
 
 def events(conn: Conn, job_id: int) -> list[Row]:
-    """The job's audit events, oldest first."""
+    """The job's audit events, in the order they were written."""
     return conn.execute(
-        "SELECT kind, attempt, worker, token, detail, at FROM pgsched.job_events WHERE job_id = %s ORDER BY at, ctid",
+        "SELECT kind, attempt, worker, token, detail, at FROM pgsched.job_events WHERE job_id = %s ORDER BY seq",
         [job_id],
     ).fetchall()
 
@@ -229,7 +229,7 @@ def snapshot(conn: Conn) -> dict[str, list[Row]]:
     return {
         "jobs": conn.execute("SELECT * FROM pgsched.jobs ORDER BY id").fetchall(),
         "history": conn.execute("SELECT * FROM pgsched.job_history ORDER BY id, finished_at").fetchall(),
-        "events": conn.execute("SELECT * FROM pgsched.job_events ORDER BY job_id, at, kind").fetchall(),
+        "events": conn.execute("SELECT * FROM pgsched.job_events ORDER BY seq").fetchall(),
         "keys": conn.execute("SELECT * FROM pgsched.idempotency_keys ORDER BY key").fetchall(),
     }
 

@@ -212,22 +212,19 @@ def test_cancel_racing_claim_never_runs_a_cancelled_job(dsn: str, conn: Conn) ->
 
 
 def test_cancel_racing_completion_keeps_one_outcome(dsn: str, conn: Conn) -> None:
-    seen: set[tuple[str, bool]] = set()
     with connections(dsn, 2) as (canceller, worker):
         for _ in range(200):
             job_id = enqueue(conn)
             [got] = claim(conn, 1)
             said, accepted = in_parallel([partial(cancel, canceller, job_id), partial(accepts, worker, pair(got))])
-            seen.add((said, accepted))
             assert accepted  # a cancel request never takes a success away
             assert said in ("cancel_requested", "already_completed")
             assert [h["state"] for h in history(conn, job_id)] == ["completed"]
             assert job(conn, job_id) is None
-    assert ("cancel_requested", True) in seen or ("already_completed", True) in seen
+            assert cancel(conn, job_id) == "already_completed"
 
 
 def test_expiry_racing_completion_keeps_one_outcome(dsn: str, conn: Conn, now: datetime) -> None:
-    wins = {"completed": 0, "available": 0}
     with connections(dsn, 2) as (expirer, worker):
         for _ in range(200):
             job_id = enqueue(conn)
@@ -240,11 +237,8 @@ def test_expiry_racing_completion_keeps_one_outcome(dsn: str, conn: Conn, now: d
             if accepted:
                 assert row is None
                 assert [h["state"] for h in history(conn, job_id)] == ["completed"]
-                wins["completed"] += 1
             else:
                 assert row is not None
                 assert row["state"] == "available"
                 assert history(conn, job_id) == []
-                wins["available"] += 1
-                cancel(conn, job_id)
-    assert sum(wins.values()) == 200
+                assert cancel(conn, job_id) == "cancelled"  # clear the way for the next round

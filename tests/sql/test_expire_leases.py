@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta
 
 import psycopg
@@ -22,6 +23,7 @@ from tests.sql.helpers import (
     history,
     job,
     pair,
+    scalar,
     snapshot,
 )
 
@@ -125,6 +127,19 @@ def test_a_completion_in_flight_is_skipped_not_overwritten(dsn: str, conn: Conn,
     assert [h["state"] for h in history(conn, job_id)] == ["completed"]
 
 
+def wait_for_a_lock_wait(conn: Conn, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waiting = scalar(
+            conn,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("no session started waiting for a lock")
+
+
 def test_a_completion_racing_a_committed_expiry_is_refused(dsn: str, conn: Conn, now: datetime) -> None:
     job_id = enqueue(conn)
     got = claim_one(conn, now=now)
@@ -141,8 +156,7 @@ def test_a_completion_racing_a_committed_expiry_is_refused(dsn: str, conn: Conn,
 
         racer = threading.Thread(target=finish)
         racer.start()
-        racer.join(0.5)
-        assert racer.is_alive()  # waiting for the expiry's row lock
+        wait_for_a_lock_wait(conn)  # the completion waits for the expiry's row lock
         expirer.commit()
         racer.join(10)
     assert accepted == [False]
@@ -179,6 +193,6 @@ def test_limit_bounds_one_call(conn: Conn, now: datetime) -> None:
 def test_returned_jobs_wake_their_queue(conn: Conn, listener: Listener, now: datetime) -> None:
     enqueue(conn, queue="mail")
     claim_one(conn, queues=["mail"], now=now)
-    listener.drain(0.2)
+    listener.drain(1)  # the wake-up of the enqueue
     expire_leases(conn, now=now + timedelta(minutes=1))
-    assert listener.payloads() == ["mail"]
+    assert listener.payloads(1) == ["mail"]

@@ -54,6 +54,7 @@ def test_failure_schedules_a_retry_with_default_backoff(conn: Conn, now: datetim
     [_, failed] = events(conn, job_id)
     assert failed["kind"] == "failed"
     assert failed["token"] == got["lease_token"]
+    assert failed["worker"] == "w1"
     assert failed["detail"]["error"] == "ValueError: nope"
 
 

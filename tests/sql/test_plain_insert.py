@@ -153,7 +153,7 @@ def test_insert_repeating_a_key_in_one_statement_keeps_the_first_row(conn: Conn)
 
 def test_insert_wakes_listeners_of_the_queue(conn: Conn, listener: Listener) -> None:
     conn.execute("INSERT INTO pgsched.jobs (task, args, queue) VALUES ('t', '{}', 'mail')")
-    assert listener.payloads() == ["mail"]
+    assert listener.payloads(1) == ["mail"]
 
 
 def test_scheduled_insert_wakes_the_scanner_not_the_workers(conn: Conn, listener: Listener, now: datetime) -> None:
@@ -161,4 +161,4 @@ def test_scheduled_insert_wakes_the_scanner_not_the_workers(conn: Conn, listener
         "INSERT INTO pgsched.jobs (task, args, queue, run_at) VALUES ('t', '{}', 'mail', %s)",
         [now + timedelta(hours=1)],
     )
-    assert listener.drain() == [("pgsched_scheduled", "")]
+    assert listener.drain(1) == [("pgsched_scheduled", "")]
