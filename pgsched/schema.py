@@ -71,11 +71,16 @@ def _check_shards(shards: int) -> None:
 def current_revision(conn: psycopg.Connection[Any]) -> str | None:
     """The alembic revision of this database's pgsched schema, or None when it is not installed."""
     with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute("SELECT pg_catalog.to_regclass('pgsched.alembic_version') IS NOT NULL").fetchone()
-        if not row or not row[0]:
+        # Through the function when it exists: roles without access to the table can call it.
+        probe = cur.execute(
+            "SELECT pg_catalog.to_regprocedure('pgsched.schema_revision()') IS NOT NULL,"
+            " pg_catalog.to_regclass('pgsched.alembic_version') IS NOT NULL"
+        ).fetchone()
+        if not probe or not probe[1]:
             return None
-        found = cur.execute("SELECT version_num FROM pgsched.alembic_version").fetchone()
-    return str(found[0]) if found else None
+        query = "SELECT pgsched.schema_revision()" if probe[0] else "SELECT version_num FROM pgsched.alembic_version"
+        found = cur.execute(query).fetchone()
+    return str(found[0]) if found and found[0] is not None else None
 
 
 def head_revision() -> str:

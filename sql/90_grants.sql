@@ -21,16 +21,16 @@ GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 -- Used by the row-level security policies, so callable by whoever reads.
 GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
-GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many TO pgsched_enqueue;
+GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
 GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
-GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queue_stats, pgsched.dead_letters
+GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
     TO pgsched_enqueue;
 
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
-    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker,
+    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error
     TO pgsched_worker;

@@ -40,6 +40,7 @@
 \ir functions/retry.sql
 \ir functions/scan_shard.sql
 \ir functions/schedule_error.sql
+\ir functions/schema_revision.sql
 \ir functions/snooze.sql
 \ir functions/tg_jobs__before_insert.sql
 \ir functions/tg_schedules__before_write.sql

@@ -445,6 +445,8 @@ BEGIN
     END IF;
     EXECUTE pg_catalog.format(
         'CREATE TABLE pgsched.%I (LIKE pgsched.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', v_name, p_parent);
+    -- No row may reach the default partition between the move and the attach.
+    EXECUTE pg_catalog.format('LOCK TABLE pgsched.%I IN SHARE MODE', p_parent || '_default');
     EXECUTE pg_catalog.format(
         'WITH moved AS (DELETE FROM pgsched.%I WHERE %I >= $1 AND %I < $2 RETURNING *) '
         'INSERT INTO pgsched.%I SELECT * FROM moved',
@@ -1442,6 +1444,7 @@ DECLARE
     v_workers integer;
     v_part record;
     v_retention interval;
+    v_lock_timeout text;
     v_day date;
 BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.maintain')) THEN
@@ -1481,6 +1484,7 @@ BEGIN
         IF ((v_part.day + 1)::timestamp AT TIME ZONE 'UTC') <= v_now - v_retention THEN
             -- Dropping a partition locks its parent for a moment; never queue
             -- behind a long reader, try again at the next run instead.
+            v_lock_timeout := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout', '2s', true);
                 EXECUTE pg_catalog.format('DROP TABLE pgsched.%I', v_part.relname);
@@ -1488,6 +1492,7 @@ BEGIN
             EXCEPTION WHEN lock_not_available THEN
                 RAISE NOTICE 'pgsched: % is busy; it will be dropped later', v_part.relname;
             END;
+            PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
         END IF;
     END LOOP;
 
@@ -2015,6 +2020,27 @@ BEGIN
 END
 $$;
 
+-- functions/schema_revision.sql
+-- schema_revision
+-- contract: the migration revision of this pgsched schema (NULL for an
+-- install made from sql/ without the migration tool), readable by every
+-- pgsched role so workers can check they match the database before they run.
+CREATE OR REPLACE FUNCTION pgsched.schema_revision()
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_revision text;
+BEGIN
+    IF pg_catalog.to_regclass('pgsched.alembic_version') IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT version_num FROM pgsched.alembic_version LIMIT 1' INTO v_revision;
+    RETURN v_revision;
+END
+$$;
+
 -- functions/snooze.sql
 -- snooze
 -- contract: puts a running job back to run at run_at, under its fencing
@@ -2346,16 +2372,16 @@ GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 -- Used by the row-level security policies, so callable by whoever reads.
 GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
-GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many TO pgsched_enqueue;
+GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
 GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
-GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queue_stats, pgsched.dead_letters
+GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
     TO pgsched_enqueue;
 
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
-    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker,
+    pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error
     TO pgsched_worker;

@@ -23,6 +23,8 @@ BEGIN
     END IF;
     EXECUTE pg_catalog.format(
         'CREATE TABLE pgsched.%I (LIKE pgsched.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', v_name, p_parent);
+    -- No row may reach the default partition between the move and the attach.
+    EXECUTE pg_catalog.format('LOCK TABLE pgsched.%I IN SHARE MODE', p_parent || '_default');
     EXECUTE pg_catalog.format(
         'WITH moved AS (DELETE FROM pgsched.%I WHERE %I >= $1 AND %I < $2 RETURNING *) '
         'INSERT INTO pgsched.%I SELECT * FROM moved',

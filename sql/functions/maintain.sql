@@ -22,6 +22,7 @@ DECLARE
     v_workers integer;
     v_part record;
     v_retention interval;
+    v_lock_timeout text;
     v_day date;
 BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.maintain')) THEN
@@ -61,6 +62,7 @@ BEGIN
         IF ((v_part.day + 1)::timestamp AT TIME ZONE 'UTC') <= v_now - v_retention THEN
             -- Dropping a partition locks its parent for a moment; never queue
             -- behind a long reader, try again at the next run instead.
+            v_lock_timeout := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout', '2s', true);
                 EXECUTE pg_catalog.format('DROP TABLE pgsched.%I', v_part.relname);
@@ -68,6 +70,7 @@ BEGIN
             EXCEPTION WHEN lock_not_available THEN
                 RAISE NOTICE 'pgsched: % is busy; it will be dropped later', v_part.relname;
             END;
+            PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
         END IF;
     END LOOP;
 

@@ -115,7 +115,7 @@ def test_the_dump_covers_every_kind_of_object(fresh_dump: Dump) -> None:
         "ALTER FUNCTION pgsched.claim SECURITY INVOKER",
         "GRANT EXECUTE ON FUNCTION pgsched.cancel TO pgsched_worker",
         "REVOKE SELECT ON pgsched.job_events FROM pgsched_worker",
-        "GRANT SELECT ON pgsched.queues TO pgsched_enqueue",
+        "GRANT SELECT ON pgsched.scanners TO pgsched_enqueue",
         "ALTER VIEW pgsched.dead_letters SET (security_invoker = false)",
         "DROP POLICY job_events_unscoped ON pgsched.job_events",
         "ALTER TABLE pgsched.jobs DISABLE TRIGGER tg_jobs__before_insert",

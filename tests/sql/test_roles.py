@@ -148,11 +148,6 @@ def test_an_enqueue_role_inserts_and_enqueues_but_cannot_claim(conn: Conn, make_
     assert all(job(conn, i) is not None for i in [by_function, *batch])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="90_grants.sql grants SELECT on queue_stats to pgsched_enqueue, but not on pgsched.queues, "
-    "which the (security_invoker) view reads",
-)
 def test_an_enqueue_role_reads_queue_stats(conn: Conn, make_role: MakeRole) -> None:
     enqueue(conn, queue="mail")
     with connect(make_role("pgsched_enqueue")) as app:
@@ -356,11 +351,6 @@ def test_a_worker_connected_as_the_worker_role_completes_jobs(conn: Conn, make_r
     assert scalar(conn, "SELECT count(*) FROM pgsched.jobs") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=psycopg.errors.InsufficientPrivilege,
-    reason="the schema check reads pgsched.alembic_version, on which pgsched_worker has no SELECT",
-)
 def test_a_worker_role_passes_the_schema_check(conn: Conn, make_role: MakeRole, now: datetime) -> None:
     _enqueue_work(conn, now)
     code, seen = _run_worker(make_role("pgsched_worker"), check_schema=True)
