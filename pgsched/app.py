@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import select
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -272,15 +273,14 @@ class App:
             if conn is not None:
                 return _fetch(conn, query, params)
             with self._lock:
-                if self._conn is None or self._conn.closed:
+                if self._conn is None or self._conn.closed or _dropped(self._conn):
+                    # Reconnect before sending, never after: a statement whose
+                    # reply was lost may have committed, and sending it again
+                    # could enqueue a job twice. That error goes to the caller.
+                    if self._conn is not None:
+                        self._conn.close()
                     self._conn = self.connect()
-                try:
-                    return _fetch(self._conn, query, params)
-                except psycopg.OperationalError:
-                    # A dropped connection: reconnect once and try again.
-                    self._conn.close()
-                    self._conn = self.connect()
-                    return _fetch(self._conn, query, params)
+                return _fetch(self._conn, query, params)
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 
@@ -385,6 +385,17 @@ class App:
         from pgsched.worker import Worker, WorkerOptions
 
         return Worker(self, WorkerOptions(**options)).run()
+
+
+def _dropped(conn: psycopg.Connection[Any]) -> bool:
+    """True when an idle connection's socket has something to read: the server closed it (or said why)."""
+    if conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> list[Any]:

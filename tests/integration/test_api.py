@@ -208,6 +208,6 @@ def test_enqueue_reconnects_after_the_apps_connection_drops(app: App, conn: psyc
         "AND backend_type = 'client backend'"
     ).fetchall()
     assert len(others) == 1  # the app's own connection
-    conn.execute("SELECT pg_terminate_backend(%s)", [others[0]["pid"]])
+    conn.execute("SELECT pg_terminate_backend(%s, 5000)", [others[0]["pid"]])  # waits until it is gone
     task.enqueue(2)
     assert count_jobs(conn) == 2
