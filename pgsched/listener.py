@@ -112,7 +112,13 @@ class Listener:
     def _probe(self, conn: psycopg.Connection[object]) -> bool:
         probe = f"pgsched_probe_{os.getpid()}_{threading.get_ident() % 100000}"
         conn.execute(f"LISTEN {probe}")
-        conn.execute("SELECT pg_notify(%s, 'probe')", [probe])
+        # The NOTIFY must come from another session, as real ones do: behind a
+        # transaction-pooling PgBouncer a session's NOTIFY to itself comes
+        # back (it is delivered as its own transaction commits), while those
+        # of other sessions never reach it.
+        options = connect_options(self._dsn, "pgsched listener probe")
+        with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **options) as sender:
+            sender.execute("SELECT pg_notify(%s, 'probe')", [probe])
         deadline = time.monotonic() + self._probe_timeout
         ok = False
         while time.monotonic() < deadline and not ok:

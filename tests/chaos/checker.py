@@ -9,6 +9,7 @@ with a higher attempt and a new, higher fencing token.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -146,7 +147,7 @@ def check(
         report.duplicate_runs += 1
         report.extra_runs += len(job_runs) - 1
         ordered = sorted(job_runs, key=lambda r: r["token"])
-        for prev, nxt in zip(ordered, ordered[1:], strict=False):
+        for prev, nxt in itertools.pairwise(ordered):
             if not (nxt["token"] > prev["token"] and nxt["attempt"] > prev["attempt"]):
                 report.bad_reruns.append(
                     f"job {job_id}: attempt {prev['attempt']} token {prev['token']}"

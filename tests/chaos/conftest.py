@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long scenarios run only when asked for by marker (`-m chaos`, as `make chaos` does); a plain
+    `pytest tests/chaos` runs the quick variants."""
+    if "chaos" in (config.option.markexpr or ""):
+        return
+    keep = [item for item in items if item.get_closest_marker("chaos") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
@@ -127,8 +139,9 @@ class Env:
 
     def wait_workers(self, *names: str, timeout: float = 30.0) -> None:
         wait_until(
-            lambda: self.scalar("SELECT count(*) FROM pgsched.workers WHERE name = ANY(%s)", [list(names)])
-            == len(names),
+            lambda: (
+                self.scalar("SELECT count(*) FROM pgsched.workers WHERE name = ANY(%s)", [list(names)]) == len(names)
+            ),
             timeout,
             f"workers {names} registered",
             self,
@@ -146,9 +159,7 @@ class Env:
                 time.sleep(0.2)
         return None
 
-    def enqueue(
-        self, n: int, prefix: str, *, max_attempts: int = 10, batch: int = 1000, **args: Any
-    ) -> list[int]:
+    def enqueue(self, n: int, prefix: str, *, max_attempts: int = 10, batch: int = 1000, **args: Any) -> list[int]:
         """Enqueue n probe jobs (idempotency keys prefix-0 ...); returns the acknowledged ids."""
         ids: list[int] = []
         payload = json.dumps(args)
@@ -200,6 +211,9 @@ class Env:
     def close(self) -> None:
         for proxy in self.proxies:
             proxy.heal()
+        for proc in self.procs:  # all at once, then wait for each
+            proc.signal(signal.SIGCONT)
+            proc.signal(signal.SIGTERM)
         for proc in self.procs:
             proc.stop(timeout=15)
         for closer in self.closers:

@@ -3,6 +3,7 @@
 - ``hold()``: a partition. Nothing is forwarded either way (bytes wait in the
   kernel's buffers, so neither side sees an error: the half-open case that
   only application-level timeouts notice); new connections hang too.
+  ``held_requests`` counts client requests caught by the hold.
   ``heal()`` lets everything through again, late.
 - ``cut()``: every open connection is reset (RST) at once; new ones work.
 - ``down()``: like cut(), and new connections are reset until ``heal()``.
@@ -28,6 +29,7 @@ class Proxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._closed = False
         self.accepted = 0
+        self.held_requests = 0  # chunks from clients waiting at a hold()
         threading.Thread(target=self._accept_loop, name=f"proxy-{self.port}", daemon=True).start()
 
     # -- faults ----------------------------------------------------------
@@ -88,21 +90,26 @@ class Proxy:
         self.accepted += 1
         with self._lock:
             self._pairs.append((client, upstream))
-        for src, dst in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+        for src, dst, to_server in ((client, upstream, True), (upstream, client, False)):
+            threading.Thread(target=self._pump, args=(src, dst, to_server), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, to_server: bool) -> None:
         src.settimeout(0.2)
         try:
             while True:
-                self._flowing.wait()
                 try:
                     data = src.recv(65536)
                 except TimeoutError:
                     continue
                 if not data:
                     break
-                self._flowing.wait()  # a partition that began meanwhile holds this chunk too
+                if not self._flowing.is_set():
+                    # Held: this chunk waits here, and the kernel buffers what follows.
+                    with self._lock:
+                        self.held_requests += to_server
+                    self._flowing.wait()
+                    with self._lock:
+                        self.held_requests -= to_server
                 dst.sendall(data)
         except OSError:
             pass

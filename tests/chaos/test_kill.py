@@ -36,7 +36,7 @@ def held_by(env: Env, worker: str) -> list[int]:
 def run_kill(env: Env, cfg: Kill, *, dsn: str | None = None, extra: tuple[str, ...] = (), label: str = "") -> None:
     poll = 0.5
     ids = env.enqueue(cfg.jobs, "kill", sleep=cfg.sleep, sleep_after=0.05)
-    env.scanner("scanner-1", dsn=dsn, lease=3.0, extra=tuple(x for x in extra if x == "--no-prepare"))
+    env.scanner("scanner-1", dsn=dsn, lease=3.0, extra=extra)
     victim = env.worker(
         "victim", dsn=dsn, concurrency=cfg.victim_concurrency, lease=cfg.lease, poll=poll, extra=extra, start=False
     )
@@ -46,7 +46,7 @@ def run_kill(env: Env, cfg: Kill, *, dsn: str | None = None, extra: tuple[str, .
     for round_no in range(cfg.kills):
         victim.start()
         need = min(cfg.victim_concurrency, 24)
-        wait_until(lambda: len(held_by(env, "victim")) >= need, 60, f"victim holding {need} jobs", env)
+        wait_until(lambda need=need: len(held_by(env, "victim")) >= need, 60, f"victim holding {need} jobs", env)
         if not others_started:
             env.worker("survivor-1", dsn=dsn, concurrency=8, lease=cfg.lease, poll=poll, extra=extra)
             env.worker("survivor-2", dsn=dsn, concurrency=8, lease=cfg.lease, poll=poll, extra=extra)
@@ -57,6 +57,7 @@ def run_kill(env: Env, cfg: Kill, *, dsn: str | None = None, extra: tuple[str, .
         victim.signal(signal.SIGKILL)
         victim.wait(10)
         killed_holding += held
+
         # Recovery: every job it held is handed back by lease expiry (then re-run by a survivor).
         def rescued(held: list[int] = held, killed_at: object = killed_at) -> float | None:
             row = env.scalar(
@@ -91,9 +92,10 @@ def run_kill(env: Env, cfg: Kill, *, dsn: str | None = None, extra: tuple[str, .
 
 
 def test_sigkill_quick(env: Env) -> None:
-    run_kill(env, Kill(jobs=150, victim_concurrency=24, lease=2.0, kills=1, sleep=1.5))
+    run_kill(env, Kill(jobs=100, victim_concurrency=24, lease=2.0, kills=1, sleep=1.0))
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(600)
 def test_sigkill(env: Env) -> None:
     run_kill(env, Kill(jobs=3000, victim_concurrency=32, lease=5.0, kills=3, sleep=1.0))

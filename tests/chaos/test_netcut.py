@@ -21,9 +21,7 @@ APP = "chaos-cut"
 
 def completions_by(env: Env, worker: str, since: object) -> int:
     return int(
-        env.scalar(
-            "SELECT count(*) FROM pgsched.job_history WHERE leased_by = %s AND started_at > %s", [worker, since]
-        )
+        env.scalar("SELECT count(*) FROM pgsched.job_history WHERE leased_by = %s AND started_at > %s", [worker, since])
     )
 
 
@@ -45,7 +43,7 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
     env.closers.append(producer.stop)
     env.scanner("scanner-1", lease=3.0)
     cut = env.worker("cut", dsn=env.tcp_dsn(proxy.port, APP), concurrency=4, lease=lease, poll=0.5)
-    env.worker("other", concurrency=4, lease=lease, poll=0.5)
+    env.worker("other", concurrency=4, lease=lease, poll=0.5, extra=("--prefetch", "0"))
     env.wait_workers("cut", "other")
     recover: list[float] = []
     since = env.scalar("SELECT clock_timestamp()")
@@ -56,7 +54,9 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
         killed = env.scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", [APP]
         )
-        assert killed >= 4, f"expected the worker's 4+ connections, terminated {killed}"
+        assert killed >= 3, (
+            f"expected the worker's connections (claim, completer, heartbeat, listener), terminated {killed}"
+        )
         recover.append(back_to_work(env, since))
         time.sleep(0.5)
 
@@ -71,13 +71,13 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
     for i in range(partitions):
         log_before = len(cut.text())
         # Make sure it is running long handlers when the partition starts: they must be told.
-        long_ids = env.enqueue(8, f"cut-long{i}", sleep=partition_s + 3 * lease, sleep_after=0.1)
+        # (8: the other worker takes at most 4, it does not prefetch.)
+        long_ids = env.enqueue(8, f"cut-long{i}", sleep=partition_s + lease, sleep_after=0.1)
         acked_long += long_ids
         wait_until(
-            lambda long_ids=long_ids: env.scalar(
-                "SELECT count(*) FROM chaos.runs WHERE worker = 'cut' AND job_id = ANY(%s)", [long_ids]
-            )
-            >= 2,
+            lambda long_ids=long_ids: (
+                env.scalar("SELECT count(*) FROM chaos.runs WHERE worker = 'cut' AND job_id = ANY(%s)", [long_ids]) >= 1
+            ),
             30,
             "cut running long jobs",
             env,
@@ -102,7 +102,7 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
             )
         )
         proxy.heal()
-        recover.append(back_to_work(env, healed_at, timeout=40))
+        recover.append(back_to_work(env, env.scalar("SELECT clock_timestamp()"), timeout=40))
         log = cut.text()[log_before:]
         assert cut.alive()
         print(
@@ -127,15 +127,17 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
         },
     )
     assert report.ok
-    assert cut.alive() and cut.starts == 1, "the worker must recover without a restart"
+    assert cut.alive(), "the cut worker died"
+    assert cut.starts == 1, "the worker must recover without a restart"
     if partitions:
         assert told_in_partition > 0, "handlers must learn of the lost lease while partitioned"
 
 
 def test_connection_cuts_quick(env: Env) -> None:
-    run_cuts(env, terminations=1, resets=1, partitions=1, partition_s=5.0, lease=2.0)
+    run_cuts(env, terminations=1, resets=1, partitions=1, partition_s=4.0, lease=2.0)
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(600)
 def test_connection_cuts(env: Env) -> None:
     run_cuts(env, terminations=4, resets=4, partitions=3, partition_s=8.0, lease=3.0)

@@ -27,18 +27,20 @@ def run_pause(env: Env, *, rounds: int, lease: float) -> None:
         # 8 long runs (still going when the worker wakes: the heartbeat must tell them), and 8 short ones
         # (finished while it slept: their completions race the heartbeat and must be refused or discarded).
         # All are stubborn: they ignore cancellation and try their effect anyway.
-        long_ids = env.enqueue(8, f"pause{round_no}-long", sleep=4 * lease + 3, sleep_after=0.1, stubborn=True,
-                               ignore_stale=True)
-        short_ids = env.enqueue(8, f"pause{round_no}-short", sleep=lease, sleep_after=0.1, stubborn=True,
-                                ignore_stale=True)
+        long_ids = env.enqueue(
+            8, f"pause{round_no}-long", sleep=2 * lease + 3, sleep_after=0.1, stubborn=True, ignore_stale=True
+        )
+        short_ids = env.enqueue(
+            8, f"pause{round_no}-short", sleep=lease, sleep_after=0.1, stubborn=True, ignore_stale=True
+        )
         ids = long_ids + short_ids
         acked += ids
         if not paused.alive():
             paused.start()
         wait_until(
-            lambda ids=ids: env.scalar(
-                "SELECT count(*) FROM chaos.runs WHERE job_id = ANY(%s) AND worker = 'paused'", [ids]
-            ) == 16,
+            lambda ids=ids: (
+                env.scalar("SELECT count(*) FROM chaos.runs WHERE job_id = ANY(%s) AND worker = 'paused'", [ids]) == 16
+            ),
             30,
             "the paused worker running all 16 jobs",
             env,
@@ -54,16 +56,20 @@ def run_pause(env: Env, *, rounds: int, lease: float) -> None:
         before = paused.text()
         paused.signal(signal.SIGCONT)
         wait_until(
-            lambda ids=ids: env.scalar(
-                "SELECT count(*) FROM chaos.runs WHERE job_id = ANY(%s) AND worker = 'paused' AND ended_at IS NOT NULL",
-                [ids],
-            ) == 16,
+            lambda ids=ids: (
+                env.scalar(
+                    "SELECT count(*) FROM chaos.runs"
+                    " WHERE job_id = ANY(%s) AND worker = 'paused' AND ended_at IS NOT NULL",
+                    [ids],
+                )
+                == 16
+            ),
             60,
             "the paused worker's handlers ending",
             env,
         )
         time.sleep(1.0)  # let its completer write what they returned
-        log = paused.text()[len(before):]
+        log = paused.text()[len(before) :]
         told = env.scalar(
             "SELECT count(*) FROM chaos.runs WHERE job_id = ANY(%s) AND worker = 'paused' AND lease_lost IS NOT NULL",
             [long_ids],
@@ -79,11 +85,13 @@ def run_pause(env: Env, *, rounds: int, lease: float) -> None:
         assert "lease lost; telling its handler to stop" in log
         # Every job was completed by the other worker, under its own token.
         wrong = env.scalar(
-            "SELECT count(*) FROM pgsched.job_history WHERE id = ANY(%s) AND (state <> 'completed' OR leased_by <> 'other')",
+            "SELECT count(*) FROM pgsched.job_history"
+            " WHERE id = ANY(%s) AND (state <> 'completed' OR leased_by <> 'other')",
             [ids],
         )
         assert wrong == 0
         assert paused.alive(), "the paused worker must keep running"
+        other.stop()  # the next round's jobs must all go to the worker that is paused next
     report = env.check(
         "2. SIGSTOP a worker past its lease, then SIGCONT",
         acked,
@@ -106,5 +114,6 @@ def test_sigstop_quick(env: Env) -> None:
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(600)
 def test_sigstop(env: Env) -> None:
     run_pause(env, rounds=4, lease=3.0)
