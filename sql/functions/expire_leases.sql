@@ -1,6 +1,7 @@
 -- expire_leases
 -- contract: jobs whose lease ran out (their worker died, hung or lost its
--- connection) go back to 'available' at once, or to 'dead' when their
+-- connection) go back to 'available' at once, keeping their run_at (so they
+-- come before newer work, and their start lag shows the time lost), or to 'dead' when their
 -- attempts are used up, or to 'cancelled' when cancellation was requested,
 -- each with a 'lease_expired' event naming the worker and token that lost
 -- the lease. Candidates are locked with SKIP LOCKED and every write re-checks
@@ -35,7 +36,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), requeued AS (
         UPDATE pgsched.jobs j
-        SET state = 'available', run_at = v_now,
+        SET state = 'available',
             lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
             last_error = pg_catalog.format('lease expired at %s (worker %s)', e.lease_expires_at, e.leased_by)
         FROM expired e
