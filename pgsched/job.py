@@ -54,8 +54,11 @@ class JobContext:
 
     job: ClaimedJob
     worker: str
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
-    _lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    # Plain flags (a worker makes thousands of contexts a second); the event
+    # that wakes sleep() is made only when a handler sleeps.
+    _cancelled: bool = field(default=False, repr=False)
+    _lost: bool = field(default=False, repr=False)
+    _waker: threading.Event | None = field(default=None, repr=False)
 
     @property
     def id(self) -> int:
@@ -97,31 +100,45 @@ class JobContext:
     @property
     def cancel_requested(self) -> bool:
         """True once cancellation was requested, the lease was lost, or the worker is stopping for good."""
-        return self._cancel.is_set()
+        return self._cancelled
 
     @property
     def lease_lost(self) -> bool:
         """True once another run may own this job: whatever this run returns is discarded."""
-        return self._lease_lost.is_set()
+        return self._lost
 
     def raise_if_cancelled(self) -> None:
         """Raise JobCancelled (or LeaseLost) when the handler should stop now."""
-        if self._lease_lost.is_set():
+        if self._lost:
             raise LeaseLost(f"job {self.id}: lease lost (token {self.lease_token} is stale)")
-        if self._cancel.is_set():
+        if self._cancelled:
             raise JobCancelled(f"job {self.id}: cancellation requested")
 
     def sleep(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; returns True early when cancellation arrives."""
-        return self._cancel.wait(seconds)
+        waker = self._waker
+        if waker is None:
+            with _WAKER_LOCK:
+                if self._waker is None:
+                    self._waker = threading.Event()
+                waker = self._waker
+        if self._cancelled:  # set before the event existed
+            return True
+        return waker.wait(seconds)
 
     def _request_cancel(self) -> None:
-        self._cancel.set()
+        self._cancelled = True
+        with _WAKER_LOCK:
+            waker = self._waker
+        if waker is not None:
+            waker.set()
 
     def _mark_lease_lost(self) -> None:
-        self._lease_lost.set()
-        self._cancel.set()
+        self._lost = True
+        self._request_cancel()
 
+
+_WAKER_LOCK = threading.Lock()
 
 _current: ContextVar[JobContext | None] = ContextVar("pgsched_current_job", default=None)
 

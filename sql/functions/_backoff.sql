@@ -5,17 +5,20 @@
 -- queue's, which wins over the install default.
 CREATE OR REPLACE FUNCTION pgsched._backoff(p_task text, p_queue text, p_attempt integer)
 RETURNS interval
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT least(p.max, p.base * pg_catalog.power(2, least(greatest(p_attempt, 1) - 1, 40)))
-           * (1 - p.jitter * pg_catalog.random())
-    FROM (
-        SELECT coalesce(t.backoff_base, q.backoff_base, c.backoff_base) AS base,
-               coalesce(t.backoff_max, q.backoff_max, c.backoff_max) AS max,
-               coalesce(t.backoff_jitter, c.backoff_jitter)::double precision AS jitter
-        FROM pgsched.config c
-        LEFT JOIN pgsched.tasks t ON t.name = p_task
-        LEFT JOIN pgsched.queues q ON q.name = p_queue
-    ) p
+BEGIN
+    RETURN (
+        SELECT least(p.max, p.base * pg_catalog.power(2, least(greatest(p_attempt, 1) - 1, 40)))
+               * (1 - p.jitter * pg_catalog.random())
+        FROM (
+            SELECT coalesce(t.backoff_base, q.backoff_base, c.backoff_base) AS base,
+                   coalesce(t.backoff_max, q.backoff_max, c.backoff_max) AS max,
+                   coalesce(t.backoff_jitter, c.backoff_jitter)::double precision AS jitter
+            FROM pgsched.config c
+            LEFT JOIN pgsched.tasks t ON t.name = p_task
+            LEFT JOIN pgsched.queues q ON q.name = p_queue
+        ) p);
+END
 $$;

@@ -10,11 +10,13 @@ CREATE OR REPLACE FUNCTION pgsched._event(
     p_detail  jsonb DEFAULT NULL
 )
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
-    SELECT p_job_id, p_at, p_kind, p_attempt, p_worker, p_token, p_detail
-    FROM pgsched.config c
-    WHERE c.audit
+BEGIN
+    IF (SELECT c.audit FROM pgsched.config c) THEN
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        VALUES (p_job_id, p_at, p_kind, p_attempt, p_worker, p_token, p_detail);
+    END IF;
+END
 $$;

@@ -3,8 +3,10 @@
 -- idempotency key.
 CREATE OR REPLACE FUNCTION pgsched._random_shard()
 RETURNS smallint
-LANGUAGE sql VOLATILE PARALLEL SAFE
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT pg_catalog.floor(pg_catalog.random() * c.shards)::smallint FROM pgsched.config c
+BEGIN
+    RETURN (SELECT pg_catalog.floor(pg_catalog.random() * c.shards)::smallint FROM pgsched.config c);
+END
 $$;

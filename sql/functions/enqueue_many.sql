@@ -19,9 +19,14 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pg_catalog.now();
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
     v_ords bigint[];
     v_ids bigint[];
     v_keys text[];
+    v_queues text[];
+    v_scheduled boolean;
 BEGIN
     IF tasks IS NULL OR pg_catalog.cardinality(tasks) = 0 THEN
         RETURN;
@@ -29,39 +34,69 @@ BEGIN
     -- Every row is checked, also those whose tenant is missing or NULL.
     PERFORM pgsched._check_tenant(x.tenant)
     FROM (SELECT DISTINCT u.tenant FROM unnest(tasks, tenants) AS u(task, tenant)) x;
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n);
 
+    -- Set-based, the work the insert trigger does row by row for a plain
+    -- INSERT; the rows then go in as a trusted writer the trigger skips.
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     WITH numbered AS MATERIALIZED (
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
-        SELECT u.ord, u.task, u.args, u.queue, u.run_at, u.priority, u.key, u.max_attempts, u.tenant,
+        SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
+               u.priority, u.key, u.max_attempts, u.tenant,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
         FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants)
              WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
+               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
+                    ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
+               END AS shard,
                -- only the first row of a key in this batch is inserted
                n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
         FROM numbered n
+    ), taken AS (
+        -- Keys are taken in key order, so concurrent batches sharing keys
+        -- wait for each other instead of deadlocking. A key whose retention
+        -- ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
+        SELECT i.key, i.id, i.shard, v_now
+        FROM input i
+        WHERE i.key IS NOT NULL AND i.first_of_key
+        ORDER BY i.key
+        ON CONFLICT (key) DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now
+        RETURNING k.job_id
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
-            (id, shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, tenant)
-        SELECT i.id,
-               coalesce(pgsched._shard_for_key(i.key), pgsched._random_shard()),
-               coalesce(i.queue, 'default'), i.task, coalesce(i.args, '{}'),
-               coalesce(i.priority, 0), coalesce(i.run_at, v_now), i.key, i.max_attempts, i.tenant
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant)
+        SELECT i.id, i.shard,
+               CASE WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+               i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
+               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant
         FROM input i
-        WHERE i.first_of_key
-        -- Keys are taken in key order, so concurrent batches sharing keys
-        -- wait for each other instead of deadlocking.
-        ORDER BY i.key, i.ord
-        RETURNING j.id
+        LEFT JOIN pgsched.tasks t ON t.name = i.task
+        WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
+        ORDER BY i.ord
+        RETURNING j.id, j.queue, j.state
     )
     SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
            pg_catalog.array_agg(ins.id ORDER BY i.ord),
-           pg_catalog.array_agg(i.key ORDER BY i.ord)
-    INTO v_ords, v_ids, v_keys
+           pg_catalog.array_agg(i.key ORDER BY i.ord),
+           pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
+           pg_catalog.bool_or(ins.state = 'scheduled')
+    INTO v_ords, v_ids, v_keys, v_queues, v_scheduled
     FROM input i
     LEFT JOIN inserted ins ON ins.id = i.id;
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    IF v_scheduled THEN
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
 
     -- Rows whose key was taken: look the holder up in a new statement, whose
     -- snapshot sees a concurrent enqueue of the same key that we waited for.

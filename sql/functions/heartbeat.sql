@@ -3,8 +3,11 @@
 -- its lease, in one statement for all of a worker's running jobs. Returns one
 -- row per input job: whether the lease is still held (false: the job was
 -- expired, taken over or finished elsewhere, and its result must be
--- discarded) and whether cancellation was requested. Rows are locked in id
--- order, as complete() does, so the two never deadlock.
+-- discarded) and whether cancellation was requested. Rows another statement
+-- has locked right now (the worker's own completion of that job, a cancel)
+-- are skipped rather than waited for, so heartbeats never deadlock with
+-- completions; such a job still counts as held when its token is current in
+-- this statement's snapshot, and the next heartbeat extends it.
 CREATE OR REPLACE FUNCTION pgsched.heartbeat(
     job_ids bigint[],
     tokens  bigint[],
@@ -29,13 +32,17 @@ BEGIN
     RETURN QUERY
     WITH input AS (
         SELECT u.id, u.token FROM unnest(heartbeat.job_ids, heartbeat.tokens) AS u(id, token)
+    ), current AS MATERIALIZED (
+        SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token
+        WHERE j.state = 'running'
     ), locked AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
         WHERE j.state = 'running'
-        ORDER BY j.id
-        FOR UPDATE OF j
+        FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
         UPDATE pgsched.jobs j
         SET lease_expires_at = v_now + heartbeat.lease
@@ -43,8 +50,9 @@ BEGIN
         WHERE j.id = l.id AND j.shard = l.shard
         RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
     )
-    SELECT u.id, e.id IS NOT NULL, coalesce(e.cancel_requested, false)
+    SELECT u.id, e.id IS NOT NULL OR c.id IS NOT NULL, coalesce(e.cancel_requested, c.cancel_requested, false)
     FROM input u
-    LEFT JOIN extended e ON e.id = u.id;
+    LEFT JOIN extended e ON e.id = u.id
+    LEFT JOIN current c ON c.id = u.id;
 END
 $$;

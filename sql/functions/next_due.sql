@@ -4,10 +4,13 @@
 -- exactly until then.
 CREATE OR REPLACE FUNCTION pgsched.next_due(p_shard integer DEFAULT NULL)
 RETURNS timestamptz
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT pg_catalog.min(j.run_at)
-    FROM pgsched.jobs j
-    WHERE j.state = 'scheduled' AND (p_shard IS NULL OR j.shard = p_shard)
+BEGIN
+    IF p_shard IS NULL THEN
+        RETURN (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j WHERE j.state = 'scheduled');
+    END IF;
+    RETURN (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j WHERE j.state = 'scheduled' AND j.shard = p_shard);
+END
 $$;

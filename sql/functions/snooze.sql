@@ -10,9 +10,11 @@ CREATE OR REPLACE FUNCTION pgsched.snooze(
     p_now  timestamptz DEFAULT NULL
 )
 RETURNS text
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
-                             coalesce(snooze.p_now, pg_catalog.now()))
+BEGIN
+    RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
+                             coalesce(snooze.p_now, pg_catalog.now()));
+END
 $$;

@@ -10,10 +10,10 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pg_catalog.now();
-    v_config pgsched.config;
-    v_size integer;
+    v_limit integer;
+    v_default_attempts integer;
 BEGIN
-    SELECT * INTO v_config FROM pgsched.config;
+    SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
 
     -- A new job starts from nothing, whatever the INSERT said.
     NEW.attempt := 0;
@@ -27,19 +27,11 @@ BEGIN
     -- the schedule's overlap policy.
     NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
 
-    IF NEW.args IS NOT NULL THEN
-        v_size := pg_catalog.octet_length(NEW.args::text);
-        IF v_size > v_config.max_payload_bytes THEN
-            RAISE EXCEPTION 'pgsched: job args are % bytes, over the limit of % bytes', v_size, v_config.max_payload_bytes
-                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_args_size_limit',
-                      SCHEMA = 'pgsched', TABLE = 'jobs',
-                      HINT = 'Store large data elsewhere and pass a reference, or raise pgsched.config.max_payload_bytes.';
-        END IF;
-    END IF;
+    PERFORM pgsched._check_payload(NEW.args, v_limit);
 
     IF NEW.max_attempts IS NULL THEN
         SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
-        NEW.max_attempts := coalesce(NEW.max_attempts, v_config.default_max_attempts);
+        NEW.max_attempts := coalesce(NEW.max_attempts, v_default_attempts);
     END IF;
 
     IF NEW.idempotency_key IS NOT NULL THEN
