@@ -6,6 +6,7 @@
 \ir 15_scheduling.sql
 \ir 20_indexes.sql
 \ir functions/_backoff.sql
+\ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
 \ir functions/_check_tenant.sql
 \ir functions/_ensure_day_partition.sql

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from bench.harness.postgres import (
     create_databases,
     server_facts,
 )
-from bench.scenarios import SCENARIOS, Case
+from bench.scenarios import SCENARIOS
 from bench.systems import SYSTEMS, System, get_system
 
 RESULTS_DIR = bootstrap.BENCH_DIR / "results"
@@ -176,6 +177,68 @@ def _fmt_metric(scenario: str, metrics: dict[str, Any]) -> str:
     return json.dumps(metrics)[:80]
 
 
+def _install_schemas(runner: Runner, server: Server, state: report.RunState) -> None:
+    """Install every system's schema with its own tooling; a failure disables that system."""
+    for name, system in state.systems.items():
+        caps = state.caps[name]
+        if caps.get("missing"):
+            _say(f"[setup] {name}: skipped — {caps['missing']}")
+            continue
+        result = runner.request(
+            f"install-{name}",
+            {"kind": "install", "system": name, "dsn": server.dsn(system.database), "caps": caps},
+        )
+        if result["status"] != "ok":
+            caps["missing"] = f"schema install failed: {result.get('error')}"
+            _say(f"[setup] {name}: schema install FAILED — {result.get('error')}")
+        else:
+            state.installs[name] = result["result"]["how"]
+
+
+def _run_rounds(runner: Runner, server: Server, state: report.RunState, *, wait_quiet_s: float) -> None:
+    """Run every case of every scenario, round after round; systems rotate from round to round."""
+    opts, systems, caps = state.opts, state.systems, state.caps
+    names = list(systems)
+    state.plan = {s: {n: SCENARIOS[s].cases(systems[n], caps[n], opts) for n in names} for s in state.scenarios}
+    total = sum(len(c) for per in state.plan.values() for c in per.values()) * opts.rounds
+    done = 0
+    for r in range(opts.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for scenario_name in state.scenarios:
+            for name in order:
+                for case in state.plan[scenario_name][name]:
+                    done += 1
+                    label = case.label
+                    if scenario_name == "drain":
+                        label = f"{label[:38]} ×{case.params['config']['processes']}"
+                    prefix = f"[{done:>3}/{total}] round {r + 1} {scenario_name:8} {name:17} {label[:44]:44}"
+                    reason = systems[name].skip_reason(scenario_name, caps[name])
+                    if reason:
+                        state.record(r, case, {"status": "skipped", "reason": reason})
+                        _say(f"{prefix} skipped ({reason[:60]})")
+                        continue
+                    if wait_quiet_s > 0:
+                        waited = wait_quiet(server.postmaster_pid(), wait_quiet_s)
+                        if waited > 1.5:
+                            _say(f"{' ' * 10}(waited {waited:.0f} s for the machine to go quiet)")
+                    result = runner.request(
+                        f"r{r + 1}-{case.key.replace('/', '-')}",
+                        {
+                            "kind": "case",
+                            "case": asdict(case),
+                            "dsn": server.dsn(systems[name].database),
+                            "opts": opts.to_json(),
+                            "caps": caps[name],
+                        },
+                    )
+                    state.record(r, case, result)
+                    if result["status"] == "ok":
+                        _say(f"{prefix} {_fmt_metric(scenario_name, result['result'])}  [{result['wall_s']:.1f} s]")
+                    else:
+                        error = str(result.get("error", "")).strip().splitlines() or ["?"]
+                        _say(f"{prefix} ERROR {error[0][:200]}  (log: {result.get('log', '-')})")
+
+
 def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -240,62 +303,8 @@ def main(argv: list[str]) -> int:
         state.server |= server_facts(server.dsn(systems["raw"].database))
 
         _say(f"[setup] PostgreSQL {state.server['server_version']}; installing schemas")
-        for name, system in systems.items():
-            if caps[name].get("missing"):
-                _say(f"[setup] {name}: skipped — {caps[name]['missing']}")
-                continue
-            result = runner.request(
-                f"install-{name}",
-                {"kind": "install", "system": name, "dsn": server.dsn(system.database), "caps": caps[name]},
-            )
-            if result["status"] != "ok":
-                caps[name]["missing"] = f"schema install failed: {result.get('error')}"
-                _say(f"[setup] {name}: schema install FAILED — {result.get('error')}")
-            else:
-                state.installs[name] = result["result"]["how"]
-
-        # Plan: the same cases every round; systems rotate from round to round.
-        plan: dict[str, dict[str, list[Case]]] = {
-            s: {n: SCENARIOS[s].cases(systems[n], caps[n], opts) for n in system_names} for s in scenario_names
-        }
-        state.plan = plan
-        total = sum(len(c) for per in plan.values() for c in per.values()) * opts.rounds
-        done = 0
-        for r in range(opts.rounds):
-            order = system_names[r % len(system_names) :] + system_names[: r % len(system_names)]
-            for scenario_name in scenario_names:
-                for name in order:
-                    for case in plan[scenario_name][name]:
-                        done += 1
-                        reason = systems[name].skip_reason(scenario_name, caps[name])
-                        label = case.label
-                        if "config" in case.params and scenario_name == "drain":
-                            label = f"{label[:38]} ×{case.params['config']['processes']}"
-                        prefix = f"[{done:>3}/{total}] round {r + 1} {scenario_name:8} {name:17} {label[:44]:44}"
-                        if reason:
-                            state.record(r, case, {"status": "skipped", "reason": reason})
-                            _say(f"{prefix} skipped ({reason[:60]})")
-                            continue
-                        if args.wait_quiet > 0:
-                            waited = wait_quiet(server.postmaster_pid(), args.wait_quiet)
-                            if waited > 1.5:
-                                _say(f"{' ' * 10}(waited {waited:.0f} s for the machine to go quiet)")
-                        result = runner.request(
-                            f"r{r + 1}-{case.key.replace('/', '-')}",
-                            {
-                                "kind": "case",
-                                "case": case.__dict__,
-                                "dsn": server.dsn(systems[name].database),
-                                "opts": opts.to_json(),
-                                "caps": caps[name],
-                            },
-                        )
-                        state.record(r, case, result)
-                        if result["status"] == "ok":
-                            _say(f"{prefix} {_fmt_metric(scenario_name, result['result'])}  [{result['wall_s']:.1f} s]")
-                        else:
-                            error = str(result.get("error", "")).strip().splitlines() or ["?"]
-                            _say(f"{prefix} ERROR {error[0][:200]}  (log: {result.get('log', '-')})")
+        _install_schemas(runner, server, state)
+        _run_rounds(runner, server, state, wait_quiet_s=args.wait_quiet)
     except KeyboardInterrupt:
         interrupted = True
         _say("\ninterrupted: stopping the measurement and the server")

@@ -228,7 +228,7 @@ def render(state: RunState) -> str:
         busy = " — **the machine was busy with other work: compare ratios, not absolute figures**"
         lines.append(
             f"- CPU used by processes outside the benchmark while cases ran: median {foreign[0]:.0%}, "
-            f"max {foreign[1]:.0%} of the machine" + (busy if foreign[0] > 0.1 else "")
+            f"max {foreign[1]:.0%} of the machine" + (busy if foreign[0] > 0.2 else "")
         )
     lines.append("")
     sizes = {

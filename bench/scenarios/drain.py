@@ -120,7 +120,7 @@ class DrainScenario(Scenario):
         sizes = sorted({int(r.case.params["n"]) for r in rows})
         for n in sizes:
             if len(sizes) > 1:
-                lines += ["", f"**{n:,} jobs**", ""]
+                lines += ([""] if lines else []) + [f"**{n:,} jobs**", ""]
             out = []
             for row in rows:
                 if int(row.case.params["n"]) != n:

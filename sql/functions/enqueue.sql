@@ -37,6 +37,7 @@ BEGIN
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
     FROM pgsched.config c;
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    PERFORM pgsched._check_labels(enqueue.labels);
     IF v_max IS NULL THEN
         SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
         v_max := coalesce(v_max, v_default_attempts);

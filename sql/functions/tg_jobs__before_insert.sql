@@ -28,6 +28,7 @@ BEGIN
     NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
 
     PERFORM pgsched._check_payload(NEW.args, v_limit);
+    PERFORM pgsched._check_labels(NEW.labels);
 
     IF NEW.max_attempts IS NULL THEN
         SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
