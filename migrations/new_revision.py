@@ -16,7 +16,6 @@ import hashlib
 import json
 import re
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,9 +64,12 @@ def new_revision(message: str) -> None:
     stem.with_suffix(".up.sql").write_text("\n".join(up))
     stem.with_suffix(".down.sql").write_text(f"-- {number}: hand-write the downgrade of '{message}'.\n")
     stem.with_suffix(".py").write_text(
-        (VERSIONS / "0001_initial.py").read_text().split('revision = "0001"')[0].replace(
-            "initial schema: sharded jobs, history, audit events, fenced functions, roles", message
-        ).replace("Revision ID: 0001", f"Revision ID: {number}").replace("Revises:", f"Revises: {previous}")
+        (VERSIONS / "0001_initial.py")
+        .read_text()
+        .split('revision = "0001"')[0]
+        .replace("initial schema: sharded jobs, history, audit events, fenced functions, roles", message)
+        .replace("Revision ID: 0001", f"Revision ID: {number}")
+        .replace("Revises:", f"Revises: {previous}")
         + f'revision = "{number}"\ndown_revision = {previous!r}\nbranch_labels = None\ndepends_on = None\n\n'
         'HERE = Path(__file__).with_suffix("")\n\n\n'
         "def upgrade() -> None:\n"
