@@ -232,3 +232,10 @@ def test_the_frozen_revisions_match_sql() -> None:
     }
     changed = sorted(name for name in current.keys() | manifest.keys() if current.get(name) != manifest.get(name))
     assert changed == [], "sql/ changed since the newest revision: run migrations/new_revision.py"
+
+
+def test_the_head_revision_is_the_one_alembic_sees() -> None:
+    from alembic.script import ScriptDirectory
+
+    expected = ScriptDirectory.from_config(schema._alembic_config()).get_current_head()
+    assert schema.head_revision() == expected
