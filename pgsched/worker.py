@@ -273,6 +273,10 @@ class Worker:
         assert self._claim_db is not None
         self._shard_cursor += 1
         opts = self.options
+        # Idle (just woken, or polling an empty queue): one pass over all
+        # shards is cheapest. Busy: one shard at a time, rotating, so many
+        # claimers do not fight over the same rows.
+        start_shard = None if not self._held else self._shard_cursor
 
         def run(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
             with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
@@ -284,7 +288,7 @@ class Worker:
                         n,
                         timedelta(seconds=opts.lease),
                         list(opts.labels),
-                        self._shard_cursor,
+                        start_shard,
                     ),
                 ).fetchall()
 

@@ -993,6 +993,10 @@ $$;
 -- in (priority DESC, run_at, id) order that stops after n rows, whatever the
 -- backlog. Queues take turns by the same rotation. Priority orders jobs
 -- within a shard and queue; across shards it holds within one rotation.
+--
+-- With start_shard NULL, each queue is instead one statement over all shards
+-- at once (a merge of every shard's index, strict priority across shards):
+-- the cheaper pass when little is queued, which workers use when idle.
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -1038,6 +1042,47 @@ BEGIN
     END IF;
 
     v_nq := pg_catalog.cardinality(v_queues);
+
+    IF claim.start_shard IS NULL THEN
+        FOR i IN 1 .. v_nq LOOP
+            v_queue := v_queues[i];
+            RETURN QUERY
+            WITH due AS MATERIALIZED (
+                SELECT j.id, j.shard
+                FROM pgsched.jobs j
+                WHERE j.state = 'available'
+                  AND j.queue = v_queue
+                  AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT v_left
+                FOR UPDATE SKIP LOCKED
+            ), leased AS (
+                UPDATE pgsched.jobs j
+                SET state = 'running',
+                    attempt = j.attempt + 1,
+                    lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                    leased_by = claim.worker,
+                    lease_expires_at = v_now + claim.lease,
+                    started_at = v_now
+                WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
+                  AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
+                  AND j.state = 'available'
+                RETURNING j.*
+            ), audit AS (
+                INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+                SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
+                FROM leased l
+                WHERE v_audit
+            )
+            SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+            FROM leased l;
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            EXIT WHEN v_left <= 0;
+        END LOOP;
+        RETURN;
+    END IF;
 
     FOR i IN 0 .. v_shards * v_nq - 1 LOOP
         v_shard := ((coalesce(claim.start_shard, 0) + i / v_nq) % v_shards + v_shards) % v_shards;

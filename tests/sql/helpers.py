@@ -78,7 +78,7 @@ def claim(
     lease: timedelta = LEASE,
     labels: Sequence[str] = (),
     now: datetime | None = None,
-    start_shard: int = 0,
+    start_shard: int | None = 0,
 ) -> list[Row]:
     return conn.execute(
         "SELECT * FROM pgsched.claim(%s, %s::text[], %s, %s, %s::text[], %s, %s)",

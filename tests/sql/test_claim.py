@@ -113,6 +113,24 @@ def test_a_claim_collects_jobs_from_every_shard(conn: Conn) -> None:
     assert {r["id"] for r in claim(conn, 100, start_shard=3)} == ids
 
 
+def test_one_pass_claims_in_priority_order_across_shards(conn: Conn, now: datetime) -> None:
+    low = insert_on_shard(conn, 1, priority=0, run_at=now - timedelta(hours=1))
+    high = insert_on_shard(conn, 6, priority=9, run_at=now)
+    mid_old = insert_on_shard(conn, 3, priority=5, run_at=now - timedelta(minutes=5))
+    mid_new = insert_on_shard(conn, 0, priority=5, run_at=now)
+    order = [claim(conn, 1, start_shard=None)[0]["id"] for _ in range(4)]
+    assert order == [high, mid_old, mid_new, low]
+    assert claim(conn, 10, start_shard=None) == []
+
+
+def test_one_pass_leases_each_job_once_with_its_shard(conn: Conn) -> None:
+    ids = {insert_on_shard(conn, s): s for s in range(8)}
+    rows = claim(conn, 5, start_shard=None) + claim(conn, 5, start_shard=None)
+    assert sorted(r["id"] for r in rows) == sorted(ids)
+    assert all(ids[r["id"]] == r["shard"] for r in rows)
+    assert len({r["lease_token"] for r in rows}) == 8
+
+
 def test_a_worker_claims_only_jobs_whose_labels_it_offers(conn: Conn) -> None:
     plain = enqueue(conn)
     gpu = enqueue(conn, labels=["gpu"])
