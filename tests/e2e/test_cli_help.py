@@ -27,6 +27,13 @@ EMBEDDED_NOTE = "even when --dsn, PGSCHED_DSN or DATABASE_URL point elsewhere"
         (["db", "start"], [EMBEDDED_NOTE, "--json"]),
         (["db", "dsn"], ['psql "$(pgsched db dsn)"', "--no-start", EMBEDDED_NOTE]),
         (["db", "psql"], ["passed on to psql", EMBEDDED_NOTE]),
+        (["bench"], ["raw-SQL ceiling", "bench/run.py", "--quick"]),
+        (["scanner"], ["--lease", "expands recurring schedules", "epoch-fenced"]),
+        (["run"], ["worker and a scanner in one process", "--app"]),
+        (["schedules"], ["add", "list", "remove", "pause", "resume", "preview"]),
+        (["schedules", "preview"], ["--count", "DST", "--json"]),
+        (["migrate"], ["--shards", "--json"]),
+        (["worker"], ["--app", "--concurrency", "--burst", "--shutdown-timeout", "SIGTERM"]),
     ],
     ids=" ".join,
 )
