@@ -283,7 +283,7 @@ def test_signal_handlers_are_restored_after_the_worker_returns(dsn: str, tmp_pat
         assert proc.stdout is not None
         assert proc.stdout.readline() == "worker returned\n"
         proc.send_signal(signal.SIGINT)  # Ctrl-C must work again once the worker is done
-        _, err = proc.communicate(timeout=5)
+        _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
     assert "KeyboardInterrupt" in err
