@@ -88,6 +88,19 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self.context_param = _context_parameter(self.signature)
+        self._job_params = {
+            name: p for name, p in self.signature.parameters.items() if name != self.context_param
+        }
+        self._job_signature = self.signature.replace(parameters=list(self._job_params.values()))
+        kinds = {p.kind for p in self._job_params.values()}
+        # Plain parameters only (no *args, **kwargs, positional-only): bound by hand, fast.
+        self._simple = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
+        self._positional = [
+            name for name, p in self._job_params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        self._required = frozenset(
+            name for name, p in self._job_params.items() if p.default is inspect.Parameter.empty
+        )
         if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in self.signature.parameters.values()):
             raise TypeError(f"task {name!r}: *args cannot be stored as a JSON object; use named parameters")
         self.__doc__ = fn.__doc__
@@ -102,19 +115,28 @@ class Task(Generic[P, R]):
 
     def bind_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map call arguments to the JSON object stored in the job (parameter name -> value)."""
-        params = {name: p for name, p in self.signature.parameters.items() if name != self.context_param}
-        sig = self.signature.replace(parameters=list(params.values()))
+        if self._simple and len(args) <= len(self._positional):
+            out = dict(zip(self._positional, args, strict=False))
+            clean = True
+            for name, value in kwargs.items():
+                if name not in self._job_params or name in out:
+                    clean = False  # unknown or repeated: let inspect say exactly what is wrong
+                    break
+                out[name] = value
+            if clean and self._required <= out.keys():
+                return out
+        params = self._job_params
         try:
-            bound = sig.bind(*args, **kwargs)
+            bound = self._job_signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"task {self.name!r}: {exc}") from exc
-        out: dict[str, Any] = {}
+        found: dict[str, Any] = {}
         for name, value in bound.arguments.items():
             if params[name].kind is inspect.Parameter.VAR_KEYWORD:
-                out.update(value)
+                found.update(value)
             else:
-                out[name] = value
-        return out
+                found[name] = value
+        return found
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """A JobSpec for this call, for App.enqueue_many()."""

@@ -1317,6 +1317,39 @@ BEGIN
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in as a trusted writer the trigger skips.
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+
+    IF idempotency_keys IS NULL
+       OR NOT EXISTS (SELECT 1 FROM unnest(idempotency_keys) k WHERE k IS NOT NULL) THEN
+        -- No keys, nothing to deduplicate: one straight INSERT. Ids are drawn
+        -- after the sort by input order, so they grow in input order.
+        WITH inserted AS (
+            INSERT INTO pgsched.jobs AS j
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant)
+            SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
+                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
+                   CASE WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+                   coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, ord)
+            LEFT JOIN pgsched.tasks t ON t.name = u.task
+            ORDER BY u.ord
+            RETURNING j.id, j.queue, j.state
+        )
+        SELECT pg_catalog.array_agg(i.id ORDER BY i.id),
+               pg_catalog.array_agg(DISTINCT i.queue) FILTER (WHERE i.state = 'available'),
+               pg_catalog.bool_or(i.state = 'scheduled')
+        INTO v_ids, v_queues, v_scheduled
+        FROM inserted i;
+        PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+        IF v_scheduled THEN
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN QUERY SELECT x.o, x.id FROM unnest(v_ids) WITH ORDINALITY AS x(id, o);
+        RETURN;
+    END IF;
+
     WITH numbered AS MATERIALIZED (
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
