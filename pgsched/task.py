@@ -88,9 +88,7 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self.context_param = _context_parameter(self.signature)
-        self._job_params = {
-            name: p for name, p in self.signature.parameters.items() if name != self.context_param
-        }
+        self._job_params = {name: p for name, p in self.signature.parameters.items() if name != self.context_param}
         self._job_signature = self.signature.replace(parameters=list(self._job_params.values()))
         kinds = {p.kind for p in self._job_params.values()}
         # Plain parameters only (no *args, **kwargs, positional-only): bound by hand, fast.
@@ -98,9 +96,7 @@ class Task(Generic[P, R]):
         self._positional = [
             name for name, p in self._job_params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
         ]
-        self._required = frozenset(
-            name for name, p in self._job_params.items() if p.default is inspect.Parameter.empty
-        )
+        self._required = frozenset(name for name, p in self._job_params.items() if p.default is inspect.Parameter.empty)
         if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in self.signature.parameters.values()):
             raise TypeError(f"task {name!r}: *args cannot be stored as a JSON object; use named parameters")
         self.__doc__ = fn.__doc__
