@@ -159,7 +159,9 @@ class Env:
                 time.sleep(0.2)
         return None
 
-    def enqueue(self, n: int, prefix: str, *, max_attempts: int = 10, batch: int = 1000, **args: Any) -> list[int]:
+    def enqueue(
+        self, n: int, prefix: str, *, max_attempts: int = 10, batch: int = 1000, priority: int = 0, **args: Any
+    ) -> list[int]:
         """Enqueue n probe jobs (idempotency keys prefix-0 ...); returns the acknowledged ids."""
         ids: list[int] = []
         payload = json.dumps(args)
@@ -168,10 +170,23 @@ class Env:
                 count = min(batch, n - start)
                 rows = conn.execute(
                     "SELECT job_id FROM pgsched.enqueue_many(array_fill('chaos.probe'::text, ARRAY[%s::int]),"
-                    " array_fill(%s::jsonb, ARRAY[%s::int]), array_fill('chaos'::text, ARRAY[%s::int]), NULL, NULL,"
+                    " array_fill(%s::jsonb, ARRAY[%s::int]), array_fill('chaos'::text, ARRAY[%s::int]), NULL,"
+                    " array_fill(%s::integer, ARRAY[%s::int]),"
                     " ARRAY(SELECT %s::text || '-' || g FROM generate_series(%s::int, %s::int) g),"
                     " array_fill(%s::integer, ARRAY[%s::int]))",
-                    [count, payload, count, count, prefix, start, start + count - 1, max_attempts, count],
+                    [
+                        count,
+                        payload,
+                        count,
+                        count,
+                        priority,
+                        count,
+                        prefix,
+                        start,
+                        start + count - 1,
+                        max_attempts,
+                        count,
+                    ],
                 ).fetchall()
                 ids += [r[0] for r in rows]
         return ids

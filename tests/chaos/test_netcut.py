@@ -62,7 +62,8 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
 
     for _ in range(resets):
         since = env.scalar("SELECT clock_timestamp()")
-        assert proxy.cut() >= 4
+        # claim, heartbeat and listener at least (the completer may be between connections)
+        assert proxy.cut() >= 3
         recover.append(back_to_work(env, since))
         time.sleep(0.5)
 

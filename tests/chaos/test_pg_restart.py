@@ -70,8 +70,11 @@ def run_restart(env: Env, *, jobs: int, workers: int, down_s: float, window: flo
     assert survived == len(done_before), "a completion acknowledged before the crash was undone"
     assert all(p.alive() and p.starts == 1 for p in procs), "workers must recover without a restart"
     assert all("listener reconnected" in log for log in logs), "every listener must reconnect"
-    # Jobs in flight at the crash ran again at most once more each.
-    assert report.extra_runs <= workers * 16, report.extra_runs
+    # Extra runs come only from the jobs a worker held (16 each: 8 running, 8 prefetched). One held
+    # across the outage may run a few more times: the probe's own writes fail while the database
+    # recovers, and each failure is an ordinary retry with a higher attempt and a new token (which
+    # report.ok checks). Anything far beyond that would mean leases handed out twice.
+    assert report.extra_runs <= workers * 16 * 4, report.extra_runs
 
 
 def test_pg_restart_quick(env: Env) -> None:

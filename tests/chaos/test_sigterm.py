@@ -23,10 +23,12 @@ def run_sigterm(env: Env, *, rounds: int, grace: float) -> None:
     totals = {"completed": 0, "handed_back": 0}
     exit_codes: list[int | None] = []
     for round_no in range(rounds):
-        short = env.enqueue(4, f"term{round_no}-short", sleep=grace / 2, sleep_after=0.05)
-        coop = env.enqueue(4, f"term{round_no}-coop", sleep=60, sleep_after=0.05)
-        stubborn = env.enqueue(4, f"term{round_no}-stubborn", sleep=60, sleep_after=0.05, stubborn=True)
-        waiting = env.enqueue(4, f"term{round_no}-waiting", sleep=60, sleep_after=0.05)
+        # Each round's jobs outrank the ones earlier rounds handed back, so this round's worker takes them.
+        first = {"priority": round_no, "sleep_after": 0.05}
+        short = env.enqueue(4, f"term{round_no}-short", sleep=grace / 2, **first)
+        coop = env.enqueue(4, f"term{round_no}-coop", sleep=60, **first)
+        stubborn = env.enqueue(4, f"term{round_no}-stubborn", sleep=60, stubborn=True, **first)
+        waiting = env.enqueue(4, f"term{round_no}-waiting", sleep=60, **first)
         ids = short + coop + stubborn + waiting
         acked += ids
         name = f"leaving-{round_no}"
