@@ -45,7 +45,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3; 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, small sizes, fewer configs")
     parser.add_argument("--big", action="store_true", help="also drain 200,000 jobs with each system's main configs")
-    parser.add_argument("--only", default="", help=f"scenarios to run, comma-separated: {', '.join(SCENARIOS)}")
+    long_names = ", ".join(n for n, s in SCENARIOS.items() if s.long)
+    parser.add_argument(
+        "--long", action="store_true", help=f"also run the long scenarios ({long_names}) when --only is not given"
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"scenarios to run, comma-separated: {', '.join(SCENARIOS)} (default: all but {long_names}, "
+        "unless --long or --quick)",
+    )
     parser.add_argument(
         "--systems", default="", help=f"systems to run, comma-separated (raw always runs): {', '.join(SYSTEMS)}"
     )
@@ -62,6 +71,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enqueue-jobs", type=int, default=None, help="jobs per one-by-one enqueue measurement")
     parser.add_argument("--drain-jobs", type=int, default=None, help="pre-enqueued jobs per drain measurement")
     parser.add_argument("--latency-jobs", type=int, default=None, help="probe jobs per latency measurement")
+    parser.add_argument("--delayed-jobs", type=int, default=None, help="delayed jobs per delayed measurement")
+    parser.add_argument("--backlog-jobs", type=int, default=None, help="rows of backlog in the scale scenario")
+    parser.add_argument(
+        "--sustained-seconds", type=float, default=None, help="seconds of fixed-rate load in the sustained scenario"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS_DIR, help="results directory (default bench/results)")
     parser.add_argument(
         "--wait-quiet",
@@ -95,8 +109,9 @@ class Runner:
         self._current: subprocess.Popen[bytes] | None = None
         self.noise = ForeignCpu(None)
 
-    def request(self, name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def request(self, name: str, payload: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """Run one request; returns the result document (status ok/error)."""
+        timeout = timeout or self.timeout
         work = self.run_dir / name
         work.mkdir(parents=True, exist_ok=True)
         payload = {**payload, "work_dir": str(work)}
@@ -116,10 +131,10 @@ class Runner:
             )
             self._current = proc
             try:
-                proc.wait(timeout=self.timeout)
+                proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.terminate()
-                return {"status": "error", "error": f"timed out after {self.timeout:.0f} s"}
+                return {"status": "error", "error": f"timed out after {timeout:.0f} s"}
             except BaseException:
                 self.terminate()  # Ctrl-C or SIGTERM: take the measurement and its workers down too
                 raise
@@ -166,17 +181,6 @@ def _start_server(args: argparse.Namespace) -> Server:
     return cluster
 
 
-def _fmt_metric(scenario: str, metrics: dict[str, Any]) -> str:
-    if scenario == "latency":
-        return (
-            f"p50 {metrics['p50']:.2f} ms  p99 {metrics['p99']:.2f} ms  max {metrics['max']:.2f} ms"
-            f"  ({metrics['received']}/{metrics['sent']})"
-        )
-    if "jobs_per_s" in metrics:
-        return f"{metrics['jobs_per_s']:>9,.0f} jobs/s"
-    return json.dumps(metrics)[:80]
-
-
 def _install_schemas(runner: Runner, server: Server, state: report.RunState) -> None:
     """Install every system's schema with its own tooling; a failure disables that system."""
     for name, system in state.systems.items():
@@ -200,17 +204,23 @@ def _run_rounds(runner: Runner, server: Server, state: report.RunState, *, wait_
     opts, systems, caps = state.opts, state.systems, state.caps
     names = list(systems)
     state.plan = {s: {n: SCENARIOS[s].cases(systems[n], caps[n], opts) for n in names} for s in state.scenarios}
-    total = sum(len(c) for per in state.plan.values() for c in per.values()) * opts.rounds
+
+    def rounds_of(scenario_name: str) -> int:
+        cap = SCENARIOS[scenario_name].max_rounds
+        return opts.rounds if cap is None else min(cap, opts.rounds)
+
+    total = sum(len(c) * rounds_of(s) for s, per in state.plan.items() for c in per.values())
     done = 0
     for r in range(opts.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for scenario_name in state.scenarios:
+            scenario = SCENARIOS[scenario_name]
+            if r >= rounds_of(scenario_name):
+                continue
             for name in order:
                 for case in state.plan[scenario_name][name]:
                     done += 1
-                    label = case.label
-                    if scenario_name == "drain":
-                        label = f"{label[:38]} ×{case.params['config']['processes']}"
+                    label = scenario.progress_label(case)
                     prefix = f"[{done:>3}/{total}] round {r + 1} {scenario_name:8} {name:17} {label[:44]:44}"
                     reason = systems[name].skip_reason(scenario_name, caps[name])
                     if reason:
@@ -230,10 +240,11 @@ def _run_rounds(runner: Runner, server: Server, state: report.RunState, *, wait_
                             "opts": opts.to_json(),
                             "caps": caps[name],
                         },
+                        timeout=scenario.timeout_s(opts),
                     )
                     state.record(r, case, result)
                     if result["status"] == "ok":
-                        _say(f"{prefix} {_fmt_metric(scenario_name, result['result'])}  [{result['wall_s']:.1f} s]")
+                        _say(f"{prefix} {scenario.progress(result['result'])}  [{result['wall_s']:.1f} s]")
                     else:
                         error = str(result.get("error", "")).strip().splitlines() or ["?"]
                         _say(f"{prefix} ERROR {error[0][:200]}  (log: {result.get('log', '-')})")
@@ -262,11 +273,17 @@ def main(argv: list[str]) -> int:
         rounds=args.rounds,
         quick=args.quick,
         big=args.big,
+        long=args.long,
         enqueue_jobs=args.enqueue_jobs,
         drain_jobs=args.drain_jobs,
         latency_jobs=args.latency_jobs,
+        delayed_jobs=args.delayed_jobs,
+        backlog_jobs=args.backlog_jobs,
+        sustained_s=args.sustained_seconds,
     )
-    scenario_names = _split(args.only, SCENARIOS, "scenario") or list(SCENARIOS)
+    scenario_names = _split(args.only, SCENARIOS, "scenario") or [
+        name for name, scenario in SCENARIOS.items() if not scenario.long or args.long or args.quick
+    ]
     system_names = _split(args.systems, SYSTEMS, "system") or list(SYSTEMS)
     if "raw" not in system_names:
         system_names.insert(0, "raw")  # every ratio needs the yardstick

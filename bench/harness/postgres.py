@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 
@@ -253,6 +253,10 @@ class ExistingServer(Server):
     def dsn(self, database: str) -> str:
         if not self.separate_databases:
             return self._dsn
+        if self._dsn.startswith(("postgresql://", "postgres://")):
+            # Stay a URI: asyncpg (PgQueuer's driver) reads no other form.
+            parts = urlsplit(self._dsn)
+            return urlunsplit(parts._replace(path="/" + quote(database)))
         return str(psycopg.conninfo.make_conninfo(self._dsn, dbname=database))
 
 

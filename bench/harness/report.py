@@ -81,6 +81,7 @@ def summarize(state: RunState, scenario_name: str) -> list[RowSummary]:
             rows.append(row)
             continue
         row.rounds_ok = len(ok_rounds)
+        row.results = [metrics for _, metrics in ok_rounds]
         for metric in scenario.summary_metrics:
             values = [float(m[metric]) for _, m in ok_rounds if m.get(metric) is not None]
             if values:
@@ -93,6 +94,8 @@ def summarize(state: RunState, scenario_name: str) -> list[RowSummary]:
                     for other in cases
                     if state.rounds[r].get(other.key, {}).get("status") == "ok"
                 ]
+                if metrics.get(metric) is None:
+                    continue  # a row may lack a metric others have (the scale table's peers)
                 value = float(metrics[metric])
                 raw = scenario.raw_reference(case, metric, same_round)
                 if raw:
@@ -231,18 +234,11 @@ def render(state: RunState) -> str:
             f"max {foreign[1]:.0%} of the machine" + (busy if foreign[0] > 0.2 else "")
         )
     lines.append("")
-    sizes = {
-        "enqueue": f"{opts.enqueue_jobs:,} jobs one by one, {opts.enqueue_batch_jobs:,} in batches of "
-        f"{opts.enqueue_batch:,}",
-        "drain": f"{opts.drain_jobs:,} pre-enqueued jobs" + (f" and {opts.big_drain_jobs:,}" if opts.big else ""),
-        "latency": f"{opts.latency_jobs} jobs {opts.latency_interval_ms:g} ms apart after "
-        f"{opts.latency_warmup} warm-up jobs",
-    }
     all_notes: list[str] = []
     for name in state.scenarios:
         scenario = SCENARIOS[name]
         rows = summarize(state, name)
-        lines += [f"## {scenario.title}", "", f"{sizes.get(name, scenario.description)}.", ""]
+        lines += [f"## {scenario.title}", "", f"{scenario.sizes(opts)}.", ""]
         lines += scenario.render(rows, opts)
         lines.append("")
         for row in rows:
@@ -257,9 +253,11 @@ def render(state: RunState) -> str:
         "Figures are the median over rounds, with [min–max]. Ratio columns are computed per round "
         'against the same round\'s reference, then the median is taken: "× raw" divides by the '
         "raw-SQL figure of the same kind (enqueue: same variant group; drain: the best raw "
-        'configuration of the same size, the ceiling; latency: raw p50/p99), "× best peer" by the best '
+        'configuration of the same size, the ceiling; latency and delayed: raw p50/p99), "× best peer" by the best '
         "of procrastinate, PgQueuer and Chancy in the same group (drain: same size and 1 vs several "
-        "processes). For latency, lower is better, so a ratio above 1 means slower. See bench/README.md.",
+        "processes). The pgsched-only tables name their reference in the column (× empty, on ÷ off, "
+        "fenced ÷ plain, 8 ÷ 1). For latencies, lower is better, so a ratio above 1 means slower. "
+        "See bench/README.md.",
         "",
     ]
     return "\n".join(lines)

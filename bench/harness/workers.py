@@ -3,7 +3,10 @@
 A measurement starts N fresh worker processes (``spawn``). Each imports its
 system, connects, builds its app, then reports ready and blocks; the clock
 starts when all are ready and released at once, so interpreter start-up and
-imports are never timed but the library's own worker start-up is.
+imports are never timed but the library's own worker start-up is. Instead of
+a system's worker, a process can run a plain loop (``loop="module:function"``,
+called as ``function(dsn, config, ctx)``): the SQL-level claimers of the
+fencing, sharding and audit scenarios.
 
 Jobs are counted in shared memory: each process owns one slot of an int64
 array and is its only writer, so counting costs a few hundred nanoseconds and
@@ -15,6 +18,7 @@ write never delays the time it records.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.sharedctypes
@@ -60,6 +64,10 @@ class WorkerContext:
     def _hit_count(self, i: int) -> None:
         self._counts[self.slot] += 1
 
+    def add(self, jobs: int) -> None:
+        """Count ``jobs`` finished jobs at once (the SQL-level loops count per batch)."""
+        self._counts[self.slot] += jobs
+
     def _hit_timed(self, i: int) -> None:
         now = time.time()
         assert self._fd is not None
@@ -83,6 +91,7 @@ class WorkerContext:
 
 def _worker_main(
     system_name: str,
+    loop: str | None,
     dsn: str,
     config: dict[str, Any],
     caps: Caps,
@@ -102,9 +111,12 @@ def _worker_main(
     from bench.systems import get_system
 
     try:
-        system = get_system(system_name)
         ctx = WorkerContext(slot, counts, ready, go, stop, latency_path)
-        system.run_worker(dsn, DrainConfig(**config), ctx, caps)
+        if loop:
+            module_name, _, attribute = loop.partition(":")
+            getattr(importlib.import_module(module_name), attribute)(dsn, DrainConfig(**config), ctx)
+        else:
+            get_system(system_name).run_worker(dsn, DrainConfig(**config), ctx, caps)
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
@@ -116,7 +128,7 @@ class WorkerFailed(RuntimeError):
 
 
 class WorkerPool:
-    """N worker processes of one system and configuration."""
+    """N worker processes of one system and configuration (or of one plain loop, see the module doc)."""
 
     def __init__(
         self,
@@ -127,6 +139,7 @@ class WorkerPool:
         log_dir: Path,
         *,
         latency_dir: Path | None = None,
+        loop: str | None = None,
     ) -> None:
         self.processes = config.processes
         self._counts = _SPAWN.RawArray("q", self.processes)
@@ -150,6 +163,7 @@ class WorkerPool:
                 name=f"bench-worker-{system_name}-{slot}",
                 args=(
                     system_name,
+                    loop,
                     dsn,
                     asdict(config),
                     caps,

@@ -64,6 +64,8 @@ class RowSummary:
     ratios: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     rounds_ok: int = 0
+    #: The metrics of every round that succeeded (for tables that show more than medians).
+    results: list[Metrics] = field(default_factory=list)
 
 
 class Scenario(abc.ABC):
@@ -80,6 +82,28 @@ class Scenario(abc.ABC):
     ratio_metrics: tuple[str, ...] = ()
     #: Metrics summarised as median [min-max].
     summary_metrics: tuple[str, ...] = ()
+    #: Long scenarios run only when named (``--only``), with ``--long``, or at their ``--quick`` size.
+    long: bool = False
+    #: Run in this many rounds at most (a time series is one long measurement, not a sample).
+    max_rounds: int | None = None
+
+    def sizes(self, opts: Options) -> str:
+        """The sentence under the table's title: how much work each measurement does."""
+        return self.description
+
+    def progress(self, metrics: Metrics) -> str:
+        """One line for the progress log."""
+        if "jobs_per_s" in metrics:
+            return f"{metrics['jobs_per_s']:>9,.0f} jobs/s"
+        return ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float))[:100]
+
+    def progress_label(self, case: Case) -> str:
+        """How the progress log names a case."""
+        return case.label if self.name in ("enqueue", "latency") else f"{case.id}: {case.label}"
+
+    def timeout_s(self, opts: Options) -> float:
+        """How long one measurement may take before the orchestrator gives up on it."""
+        return opts.case_timeout_s
 
     @abc.abstractmethod
     def cases(self, system: System, caps: Caps, opts: Options) -> list[Case]:

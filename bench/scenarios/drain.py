@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 from bench.harness import db
@@ -27,6 +28,82 @@ def _group(n: int, processes: int) -> str:
     return f"{n}:{'1' if processes == 1 else 'n'}"
 
 
+def measure_drain(
+    system: System,
+    env: CaseEnv,
+    config: DrainConfig,
+    n: int,
+    *,
+    dsn: str | None = None,
+    loop: str | None = None,
+    prefill: Callable[[], None] | None = None,
+    reset: bool = True,
+    tables: tuple[str, ...] | None = None,
+    unfinished_sql: str | None = None,
+    finished_sql: str | None = None,
+) -> Metrics:
+    """Empty the tables, pre-enqueue ``n`` jobs, then time ``config``'s workers until all are finished and persisted.
+
+    The other scenarios reuse this with another database (``dsn``), a plain
+    SQL loop instead of the system's worker (``loop``), their own pre-fill or
+    tables (``reset=False`` keeps what the tables hold), and their own SQL for "anything unfinished?" (a far-future
+    backlog stays in the table) and "how many finished?" (counted as the
+    increase over the drain).
+    """
+    dsn = dsn or env.dsn
+    tables = system.truncate_tables if tables is None else tables
+    finished_sql = finished_sql or system.finished_sql
+    timeout = max(300.0, n / 40.0)
+    with db.connect(dsn) as conn:
+        if reset:
+            db.reset(conn, tables)
+        if prefill is None:
+            asyncio.run(system.prefill(dsn, n, env.caps))
+        else:
+            prefill()
+        notes = db.settle(conn, tables)
+        finished_before = int(db.scalar(conn, finished_sql))
+        pool = WorkerPool(system.name, dsn, config, env.caps, env.work_dir, loop=loop)
+        try:
+            pool.start()
+            started = pool.go()
+            deadline = started + timeout
+            polls = 0
+            while pool.done() < n:
+                time.sleep(0.001)
+                polls += 1
+                if polls % 50 == 0:
+                    pool.check_alive()
+                    if time.perf_counter() > deadline:
+                        raise TimeoutError(f"{pool.done():,} of {n:,} jobs handled after {timeout:.0f} s")
+            handled = time.perf_counter()
+            # Handlers ran; now wait until the database shows every job finished.
+            while db.scalar(conn, unfinished_sql or system.unfinished_sql):
+                time.sleep(0.005)
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"jobs still unfinished in the database after {timeout:.0f} s")
+            finished_at = time.perf_counter()
+            hits = pool.done()
+        finally:
+            pool.stop()
+        finished = int(db.scalar(conn, finished_sql)) - finished_before
+    if finished != n:
+        raise RuntimeError(f"{finished:,} jobs recorded as finished, expected {n:,}")
+    seconds = finished_at - started
+    if hits != n:
+        notes.append(f"handlers ran {hits:,} times for {n:,} jobs")
+    return {
+        "jobs_per_s": n / seconds,
+        "seconds": seconds,
+        "tail_ms": (finished_at - handled) * 1000.0,
+        "jobs": n,
+        "processes": config.processes,
+        "concurrency": config.concurrency,
+        "claim": config.claim,
+        "notes": notes,
+    }
+
+
 class DrainScenario(Scenario):
     """Jobs per second a system's workers finish, queue pre-filled, clock from worker start."""
 
@@ -36,6 +113,16 @@ class DrainScenario(Scenario):
     primary = "jobs_per_s"
     ratio_metrics = ("jobs_per_s",)
     summary_metrics = ("jobs_per_s", "tail_ms")
+
+    def sizes(self, opts: Options) -> str:
+        big = f" and {opts.big_drain_jobs:,}" if opts.big else ""
+        return (
+            f"{opts.drain_jobs:,}{big} pre-enqueued jobs. *concurrency*: handlers running at once in one process; "
+            "*claim*: most jobs one claim takes"
+        )
+
+    def progress_label(self, case: Case) -> str:
+        return f"{case.label[:38]} ×{case.params['config']['processes']}"
 
     def cases(self, system: System, caps: Caps, opts: Options) -> list[Case]:
         cases = []
@@ -60,50 +147,7 @@ class DrainScenario(Scenario):
         return cases
 
     def run(self, case: Case, system: System, env: CaseEnv) -> Metrics:
-        config = DrainConfig(**case.params["config"])
-        n = int(case.params["n"])
-        timeout = max(300.0, n / 40.0)
-        with db.connect(env.dsn) as conn:
-            db.reset(conn, system.truncate_tables)
-            asyncio.run(system.prefill(env.dsn, n, env.caps))
-            notes = db.settle(conn, system.truncate_tables)
-            pool = WorkerPool(system.name, env.dsn, config, env.caps, env.work_dir)
-            try:
-                pool.start()
-                started = pool.go()
-                deadline = started + timeout
-                polls = 0
-                while pool.done() < n:
-                    time.sleep(0.001)
-                    polls += 1
-                    if polls % 50 == 0:
-                        pool.check_alive()
-                        if time.perf_counter() > deadline:
-                            raise TimeoutError(f"{pool.done():,} of {n:,} jobs handled after {timeout:.0f} s")
-                handled = time.perf_counter()
-                # Handlers ran; now wait until the database shows every job finished.
-                while db.scalar(conn, system.unfinished_sql):
-                    time.sleep(0.005)
-                    if time.perf_counter() > deadline:
-                        raise TimeoutError(f"jobs still unfinished in the database after {timeout:.0f} s")
-                finished_at = time.perf_counter()
-                hits = pool.done()
-            finally:
-                pool.stop()
-            finished = int(db.scalar(conn, system.finished_sql))
-        if finished != n:
-            raise RuntimeError(f"{finished:,} jobs recorded as finished, expected {n:,}")
-        seconds = finished_at - started
-        if hits != n:
-            notes.append(f"handlers ran {hits:,} times for {n:,} jobs")
-        return {
-            "jobs_per_s": n / seconds,
-            "seconds": seconds,
-            "tail_ms": (finished_at - handled) * 1000.0,
-            "jobs": n,
-            "processes": config.processes,
-            "notes": notes,
-        }
+        return measure_drain(system, env, DrainConfig(**case.params["config"]), int(case.params["n"]))
 
     def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
         """The ceiling: the best raw-SQL configuration of the same size in the same round."""
@@ -127,11 +171,14 @@ class DrainScenario(Scenario):
                     continue
                 status = status_cell(row)
                 processes = int(row.case.params["config"]["processes"])
+                config = row.case.params["config"]
                 out.append(
                     [
                         row.title,
                         row.case.label,
                         str(processes),
+                        config.get("concurrency") or "—",
+                        config.get("claim") or "—",
                         status or fmt_rate(row.stats.get("jobs_per_s")),
                         "" if status else fmt_ratio(row.ratios.get("jobs_per_s/raw")),
                         "" if status else fmt_ratio(row.ratios.get("jobs_per_s/peer")),
@@ -143,6 +190,8 @@ class DrainScenario(Scenario):
                     "system",
                     "configuration",
                     "procs",
+                    "concurrency",
+                    "claim",
                     "jobs/s median [min–max]",
                     "× raw ceiling",
                     "× best peer (same procs)",

@@ -31,6 +31,11 @@ class EnqueueScenario(Scenario):
     ratio_metrics = ("jobs_per_s",)
     summary_metrics = ("jobs_per_s",)
 
+    def sizes(self, opts: Options) -> str:
+        return (
+            f"{opts.enqueue_jobs:,} jobs one by one, {opts.enqueue_batch_jobs:,} in batches of {opts.enqueue_batch:,}"
+        )
+
     def cases(self, system: System, caps: Caps, opts: Options) -> list[Case]:
         cases = []
         for variant in system.enqueue_variants(caps):

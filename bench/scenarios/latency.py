@@ -42,6 +42,17 @@ class LatencyScenario(Scenario):
     ratio_metrics = ("p50", "p99")
     summary_metrics = ("p50", "p95", "p99", "max", "p50_commit", "call_p50")
 
+    def sizes(self, opts: Options) -> str:
+        return (
+            f"{opts.latency_jobs} jobs {opts.latency_interval_ms:g} ms apart after {opts.latency_warmup} warm-up jobs"
+        )
+
+    def progress(self, metrics: Metrics) -> str:
+        return (
+            f"p50 {metrics['p50']:.2f} ms  p99 {metrics['p99']:.2f} ms  max {metrics['max']:.2f} ms"
+            f"  ({metrics['received']}/{metrics['sent']})"
+        )
+
     def cases(self, system: System, caps: Caps, opts: Options) -> list[Case]:
         config = system.latency_config(caps)
         return [

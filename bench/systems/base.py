@@ -13,11 +13,14 @@ latency scenario, records the handler's start time.
 from __future__ import annotations
 
 import abc
+import contextlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Iterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -52,6 +55,10 @@ class DrainConfig:
     quick: bool = False
     #: Also drained at the big size with ``--big``.
     big: bool = False
+    #: Handlers that run at once in one process, as the tables show it ("1 (loop)" for a sequential loop).
+    concurrency: str = ""
+    #: Most jobs one claim takes.
+    claim: str = ""
 
 
 class Producer(Protocol):
@@ -82,6 +89,10 @@ class System(abc.ABC):
     finished_sql: str = ""
     #: SQL returning one integer: jobs waiting (for the post-enqueue check).
     queued_sql: str = ""
+    #: SQL returning ``(i, due time as epoch seconds)`` for every job, waiting or finished, that still shows it.
+    due_times_sql: str = ""
+    #: SQL returning ``(i, start - due in seconds)`` with both times from the database's clock (empty: unknown).
+    db_start_lag_sql: str = ""
 
     # -- discovery (orchestrator, via a probe subprocess) ------------------------------
 
@@ -141,6 +152,30 @@ class System(abc.ABC):
     @abc.abstractmethod
     def producer(self, dsn: str, caps: Caps) -> AbstractAsyncContextManager[Producer]:
         """An open enqueuer for the latency scenario (job ``i`` carries ``i``)."""
+
+    # -- delayed jobs (optional) -------------------------------------------------------
+
+    def delayed_configs(self, caps: Caps) -> list[DrainConfig]:
+        """Idle workers that wait for jobs due in the future (none: the system has no delayed jobs)."""
+        return []
+
+    async def enqueue_at(self, dsn: str, jobs: list[tuple[int, datetime]], caps: Caps) -> None:
+        """Enqueue job ``i`` due at its time, for each pair, with the system's own API for delayed jobs.
+
+        Called with the jobs in due order; all should be stored well before the first is due.
+        """
+        raise NotImplementedError
+
+    #: SQL returning one boolean: is any *due* job not yet finished? (A far-future backlog stays.)
+    unfinished_due_sql: str = ""
+
+    async def prefill_far_future(self, dsn: str, n: int, caps: Caps) -> None:
+        """Enqueue ``n`` jobs due in about a month (untimed), for the scale scenario."""
+        raise NotImplementedError
+
+    def side_processes(self, dsn: str, config: DrainConfig, log_dir: Path) -> AbstractContextManager[None]:
+        """Processes a configuration needs besides its workers (pgsched's scanner), for the block's duration."""
+        return contextlib.nullcontext()
 
 
 def distribution_versions(names: tuple[str, ...]) -> dict[str, str]:

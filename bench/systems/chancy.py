@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from bench.systems.base import Caps, DrainConfig, EnqueueVariant, Producer, System, chunks
@@ -71,6 +72,7 @@ class ChancySystem(System):
     unfinished_sql = "SELECT EXISTS (SELECT 1 FROM chancy_jobs WHERE state <> 'succeeded')"
     finished_sql = "SELECT count(*) FROM chancy_jobs WHERE state = 'succeeded'"
     queued_sql = "SELECT count(*) FROM chancy_jobs WHERE state = 'pending'"
+    due_times_sql = "SELECT (kwargs->>'i')::int, extract(epoch FROM scheduled_at)::float8 FROM chancy_jobs"
 
     async def install(self, dsn: str, caps: Caps) -> str:
         from chancy import Chancy, Queue
@@ -110,13 +112,23 @@ class ChancySystem(System):
                     pass
 
     def drain_configs(self, caps: Caps) -> list[DrainConfig]:
+        label = "asyncio executor, concurrency 100, eager polling"
         return [
-            DrainConfig("c100x1", "asyncio executor, concurrency 100, eager polling", 1, quick=True, big=True),
-            DrainConfig("c100x2", "asyncio executor, concurrency 100, eager polling", 2),
+            DrainConfig("c100x1", label, 1, quick=True, big=True, concurrency="100", claim="≤ 100"),
+            DrainConfig("c100x2", label, 2, concurrency="100", claim="≤ 100"),
         ]
 
     def latency_config(self, caps: Caps) -> DrainConfig:
         return DrainConfig("c100", "asyncio executor, concurrency 100", 1)
+
+    def delayed_configs(self, caps: Caps) -> list[DrainConfig]:
+        return [DrainConfig("c100", "asyncio executor, concurrency 100, scheduled_at; polling every 5 s (default)", 1)]
+
+    async def enqueue_at(self, dsn: str, jobs: list[tuple[int, datetime]], caps: Caps) -> None:
+        async with make_chancy(dsn) as chancy:
+            await chancy.pool.open()
+            async for _refs in chancy.push_many([_job(i).with_scheduled_at(at) for i, at in jobs], batch_size=1000):
+                pass
 
     def run_worker(self, dsn: str, config: DrainConfig, ctx: WorkerContext, caps: Caps) -> None:
         global hit

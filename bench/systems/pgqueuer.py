@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from bench.systems.base import Caps, DrainConfig, EnqueueVariant, Producer, System, chunks
@@ -56,6 +57,8 @@ class PgQueuerSystem(System):
     unfinished_sql = "SELECT EXISTS (SELECT 1 FROM pgqueuer)"
     finished_sql = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
     queued_sql = "SELECT count(*) FROM pgqueuer WHERE status = 'queued'"
+    # Finished jobs leave the queue table: read right after the enqueue, while all still wait.
+    due_times_sql = "SELECT convert_from(payload, 'UTF8')::int, extract(epoch FROM execute_after)::float8 FROM pgqueuer"
 
     def __init__(self, driver: Driver) -> None:
         self.driver: Driver = driver
@@ -105,16 +108,71 @@ class PgQueuerSystem(System):
                 await queries.enqueue(["noop"] * len(r), [b"%d" % i for i in r], [0] * len(r))
 
     def drain_configs(self, caps: Caps) -> list[DrainConfig]:
+        tasks = "unbounded (tasks)"
         configs = [
-            DrainConfig("bs10x1", "batch_size 10", 1, {"batch_size": 10}, default=True, quick=True),
-            DrainConfig("bs100x1", "batch_size 100", 1, {"batch_size": 100}, quick=self.driver == "asyncpg", big=True),
+            DrainConfig(
+                "bs10x1",
+                "batch_size 10",
+                1,
+                {"batch_size": 10},
+                default=True,
+                quick=True,
+                concurrency=tasks,
+                claim="10",
+            ),
+            DrainConfig(
+                "bs100x1",
+                "batch_size 100",
+                1,
+                {"batch_size": 100},
+                quick=self.driver == "asyncpg",
+                big=True,
+                concurrency=tasks,
+                claim="100",
+            ),
         ]
         if self.driver == "asyncpg":
-            configs.append(DrainConfig("bs100x2", "batch_size 100", 2, {"batch_size": 100}))
+            configs.append(
+                DrainConfig("bs100x2", "batch_size 100", 2, {"batch_size": 100}, concurrency=tasks, claim="100")
+            )
         return configs
 
     def latency_config(self, caps: Caps) -> DrainConfig:
         return DrainConfig("bs10", "batch_size 10 (default)", 1, {"batch_size": 10})
+
+    unfinished_due_sql = "SELECT EXISTS (SELECT 1 FROM pgqueuer WHERE execute_after <= now())"
+
+    async def prefill_far_future(self, dsn: str, n: int, caps: Caps) -> None:
+        from pgqueuer import Queries
+
+        async with open_driver(dsn, self.driver) as driver:
+            queries = Queries(driver)
+            for r in chunks(n, 5000):
+                await queries.enqueue(
+                    ["noop"] * len(r),
+                    [b"%d" % i for i in r],
+                    [0] * len(r),
+                    execute_after=[timedelta(days=30)] * len(r),  # type: ignore[arg-type]
+                )
+
+    def delayed_configs(self, caps: Caps) -> list[DrainConfig]:
+        return [DrainConfig("bs10", "batch_size 10 (default), execute_after", 1, {"batch_size": 10})]
+
+    async def enqueue_at(self, dsn: str, jobs: list[tuple[int, datetime]], caps: Caps) -> None:
+        from pgqueuer import Queries
+
+        async with open_driver(dsn, self.driver) as driver:
+            queries = Queries(driver)
+            # execute_after is relative to the database's now() at the insert: the stored
+            # due times (due_times_sql) are what the lag is measured from.
+            now = datetime.now(UTC)
+            delays = [max(timedelta(0), at - now) for _, at in jobs]
+            await queries.enqueue(
+                ["noop"] * len(jobs),
+                [b"%d" % i for i, _ in jobs],
+                [0] * len(jobs),
+                execute_after=delays,  # type: ignore[arg-type]
+            )
 
     def run_worker(self, dsn: str, config: DrainConfig, ctx: WorkerContext, caps: Caps) -> None:
         asyncio.run(self._worker(dsn, config, ctx))

@@ -7,7 +7,9 @@ and ``app.enqueue_many([noop.job(i) …], conn=…)``, plus two plain-SQL rows
 each its own autocommit transaction. Workers: the ``pgsched worker`` command,
 invoked in-process after the start gate (so interpreter start-up and imports
 stay out of the timing), with ``--burst`` when draining; the latency worker is
-stopped with SIGTERM, as an operator would.
+stopped with SIGTERM, as an operator would. Delayed jobs: ``noop.using(run_at=…)``
+through ``app.enqueue_many``; the scanner, where a configuration has one, is the
+``pgsched scanner`` command in a process of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +79,15 @@ class PgschedSystem(System):
     unfinished_sql = "SELECT EXISTS (SELECT 1 FROM pgsched.jobs)"
     finished_sql = "SELECT count(*) FROM pgsched.job_history WHERE state = 'completed'"
     queued_sql = "SELECT count(*) FROM pgsched.jobs WHERE state = 'available'"
+    due_times_sql = (
+        "SELECT (args->>'i')::int, extract(epoch FROM run_at)::float8 FROM pgsched.jobs"
+        " UNION ALL SELECT (args->>'i')::int, extract(epoch FROM run_at)::float8 FROM pgsched.job_history"
+    )
+    # started_at is the claim's clock_timestamp(): both ends on the database's clock.
+    db_start_lag_sql = (
+        "SELECT (args->>'i')::int, extract(epoch FROM started_at - run_at)::float8 FROM pgsched.job_history"
+        " WHERE state = 'completed'"
+    )
 
     def probe(self) -> Caps:
         caps: Caps = {"sql": (REPO_DIR / "sql" / "install.sql").exists()}
@@ -176,21 +188,84 @@ class PgschedSystem(System):
     # -- workers -----------------------------------------------------------------------
 
     def drain_configs(self, caps: Caps) -> list[DrainConfig]:
+        c100 = {"args": ["--concurrency", "100"]}
         return [
-            DrainConfig("defaults", "concurrency 10", 1, {"args": []}, default=True, quick=True, big=True),
-            DrainConfig("c100x1", "concurrency 100", 1, {"args": ["--concurrency", "100"]}, quick=True, big=True),
-            DrainConfig("c100x2", "concurrency 100", 2, {"args": ["--concurrency", "100"]}),
+            DrainConfig(
+                "defaults",
+                "concurrency 10",
+                1,
+                {"args": []},
+                default=True,
+                quick=True,
+                big=True,
+                concurrency="10",
+                claim="≤ 20",
+            ),
+            DrainConfig("c100x1", "concurrency 100", 1, c100, quick=True, big=True, concurrency="100", claim="≤ 200"),
+            DrainConfig("c100x2", "concurrency 100", 2, c100, concurrency="100", claim="≤ 200"),
             DrainConfig(
                 "strict1x2",
                 "concurrency 1, prefetch 0 (one-job claims)",
                 2,
                 {"args": ["--concurrency", "1", "--prefetch", "0"]},
+                concurrency="1",
+                claim="1",
             ),
-            DrainConfig("sync10x1", "concurrency 10, sync handler", 1, {"args": [], "handler": "sync"}),
+            DrainConfig(
+                "sync10x1",
+                "concurrency 10, sync handler",
+                1,
+                {"args": [], "handler": "sync"},
+                concurrency="10 (threads)",
+                claim="≤ 20",
+            ),
         ]
 
     def latency_config(self, caps: Caps) -> DrainConfig:
         return DrainConfig("defaults", "pgsched worker (defaults)", 1, {"args": [], "listen": True})
+
+    def delayed_configs(self, caps: Caps) -> list[DrainConfig]:
+        return [
+            DrainConfig(
+                "scanner",
+                "worker (defaults) + pgsched scanner",
+                1,
+                {"args": [], "listen": True, "scanner": True},
+                default=True,
+            ),
+            DrainConfig(
+                "scanner-only",
+                "worker --no-housekeeping + pgsched scanner",
+                1,
+                {"args": ["--no-housekeeping"], "listen": True, "scanner": True},
+            ),
+            DrainConfig(
+                "no-scanner", "worker (defaults: poll interval 1 s), no scanner", 1, {"args": [], "listen": True}
+            ),
+            DrainConfig(
+                "no-scanner-poll0.1",
+                "worker --poll-interval 0.1, no scanner",
+                1,
+                {"args": ["--poll-interval", "0.1"], "listen": True},
+            ),
+        ]
+
+    async def enqueue_at(self, dsn: str, jobs: list[tuple[int, datetime]], caps: Caps) -> None:
+        import psycopg
+
+        os.environ["PGSCHED_DSN"] = dsn
+        from bench.apps import pgsched_app
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            pgsched_app.app.enqueue_many([pgsched_app.noop.using(run_at=at).job(i) for i, at in jobs], conn=conn)
+
+    @contextlib.contextmanager
+    def side_processes(self, dsn: str, config: DrainConfig, log_dir: Path) -> Iterator[None]:
+        if not config.settings.get("scanner"):
+            yield
+            return
+        with scanner_process(dsn, log_dir / "scanner.log"):
+            yield
 
     def run_worker(self, dsn: str, config: DrainConfig, ctx: WorkerContext, caps: Caps) -> None:
         os.environ["PGSCHED_DSN"] = dsn
@@ -231,6 +306,51 @@ class PgschedSystem(System):
                 yield _ApiProducer(pgsched_app.noop, conn)
             else:
                 yield _SqlProducer(conn)
+
+
+SCANNER_NAME = "bench-scanner"
+
+
+@contextlib.contextmanager
+def scanner_process(dsn: str, log_path: Path, *, ready_timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
+    """``pgsched scanner`` in a process of its own, from the moment it holds every shard until the block ends.
+
+    Shard leases left by an earlier measurement's scanner are cleared first, so
+    this one takes all shards at once instead of waiting for them to expire.
+    """
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgsched.shard_leases SET owner = NULL, expires_at = NULL")
+        conn.execute("DELETE FROM pgsched.scanners")
+        shards = int(conn.execute("SELECT shards FROM pgsched.config").fetchone()[0])  # type: ignore[index]
+        command = [str(Path(sys.executable).parent / "pgsched"), "--dsn", dsn, "--log-level", "warning"]
+        command += ["scanner", "--name", SCANNER_NAME]
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while True:
+                held = conn.execute(
+                    "SELECT count(*) FROM pgsched.shard_leases WHERE owner = %s AND expires_at > now()",
+                    (SCANNER_NAME,),
+                ).fetchone()
+                if held and held[0] == shards:
+                    break
+                if proc.poll() is not None:
+                    raise RuntimeError(f"pgsched scanner exited with {proc.returncode} (log: {log_path})")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"pgsched scanner did not take all {shards} shards in {ready_timeout:.0f} s")
+                time.sleep(0.05)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 class _ApiProducer:

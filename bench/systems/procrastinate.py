@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from bench.systems.base import Caps, DrainConfig, EnqueueVariant, Producer, System, chunks
@@ -61,6 +62,16 @@ class ProcrastinateSystem(System):
     unfinished_sql = "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status <> 'succeeded')"
     finished_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
     queued_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'"
+    due_times_sql = (
+        "SELECT (args->>'i')::int, extract(epoch FROM scheduled_at)::float8 FROM procrastinate_jobs"
+        " WHERE scheduled_at IS NOT NULL"
+    )
+    # The 'started' event is written by the fetch, at the database's now().
+    db_start_lag_sql = (
+        "SELECT (j.args->>'i')::int, extract(epoch FROM e.at - j.scheduled_at)::float8"
+        " FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id"
+        " WHERE e.type = 'started' AND j.scheduled_at IS NOT NULL"
+    )
 
     async def install(self, dsn: str, caps: Caps) -> str:
         import psycopg
@@ -103,13 +114,26 @@ class ProcrastinateSystem(System):
 
     def drain_configs(self, caps: Caps) -> list[DrainConfig]:
         return [
-            DrainConfig("c1x1", "concurrency 1", 1, {"concurrency": 1}, default=True),
-            DrainConfig("c10x1", "concurrency 10", 1, {"concurrency": 10}, quick=True, big=True),
-            DrainConfig("c10x2", "concurrency 10", 2, {"concurrency": 10}),
+            DrainConfig("c1x1", "concurrency 1", 1, {"concurrency": 1}, default=True, concurrency="1", claim="1"),
+            DrainConfig(
+                "c10x1", "concurrency 10", 1, {"concurrency": 10}, quick=True, big=True, concurrency="10", claim="1"
+            ),
+            DrainConfig("c10x2", "concurrency 10", 2, {"concurrency": 10}, concurrency="10", claim="1"),
         ]
 
     def latency_config(self, caps: Caps) -> DrainConfig:
         return DrainConfig("c10", "concurrency 10, listen_notify (default)", 1, {"concurrency": 10})
+
+    def delayed_configs(self, caps: Caps) -> list[DrainConfig]:
+        return [
+            DrainConfig("c10", "concurrency 10, schedule_at; fetch polling every 5 s (default)", 1, {"concurrency": 10})
+        ]
+
+    async def enqueue_at(self, dsn: str, jobs: list[tuple[int, datetime]], caps: Caps) -> None:
+        app, noop = make_app(dsn)
+        async with app.open_async():
+            for i, at in jobs:
+                await noop.configure(schedule_at=at).defer_async(i=i)
 
     def run_worker(self, dsn: str, config: DrainConfig, ctx: WorkerContext, caps: Caps) -> None:
         global hit
