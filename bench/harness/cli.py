@@ -76,6 +76,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--sustained-seconds", type=float, default=None, help="seconds of fixed-rate load in the sustained scenario"
     )
+    parser.add_argument(
+        "--sustained-load",
+        type=float,
+        default=None,
+        help="enqueue rate in the sustained scenario, as a fraction of the measured drain capacity (default 0.7)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS_DIR, help="results directory (default bench/results)")
     parser.add_argument(
         "--wait-quiet",
@@ -85,7 +91,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="on a shared machine: before each case, wait up to SECONDS for other processes to go quiet",
     )
     parser.add_argument("--list", action="store_true", help="list scenarios and systems, then exit")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.sustained_load is not None and not 0 < args.sustained_load <= 2:
+        parser.error("--sustained-load must be a fraction above 0 (at most 2)")
+    return args
 
 
 def _split(value: str, known: dict[str, Any], what: str) -> list[str]:
@@ -280,6 +289,7 @@ def main(argv: list[str]) -> int:
         delayed_jobs=args.delayed_jobs,
         backlog_jobs=args.backlog_jobs,
         sustained_s=args.sustained_seconds,
+        sustained_load=args.sustained_load,
     )
     scenario_names = _split(args.only, SCENARIOS, "scenario") or [
         name for name, scenario in SCENARIOS.items() if not scenario.long or args.long or args.quick
