@@ -60,3 +60,6 @@ SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s);
 
 -- name: unregister_worker
 SELECT pgsched.unregister_worker(%s);
+
+-- name: vacuum_candidates
+SELECT schema_name, table_name, dead, live FROM pgsched.vacuum_candidates(%s, %s);

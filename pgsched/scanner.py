@@ -30,6 +30,7 @@ from psycopg.rows import dict_row
 from pgsched import cron
 from pgsched.dbconn import Reconnecting
 from pgsched.listener import Listener
+from pgsched.vacuumer import Vacuumer
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class ScannerOptions:
     max_sleep: float = 5.0  # upper bound on sleeping when nothing is due
     expansion_interval: float = 5.0  # schedules are checked for expansion this often
     maintain_interval: float = 3600.0
+    vacuum_interval: float = 10.0  # vacuum pgsched.jobs' partitions when dead rows pile up (0: leave it to autovacuum)
     listen: bool = True
     prepare: bool = True
     install_signal_handlers: bool = True
@@ -82,6 +84,8 @@ class Scanner:
         self.options = options or ScannerOptions()
         if self.options.lease < 1:
             raise ValueError("the scanner lease must be at least 1 second")
+        if self.options.vacuum_interval < 0:
+            raise ValueError("the vacuum interval must be positive, or 0 to leave vacuuming to autovacuum")
         self.name = self.options.name or default_scanner_name()
         self.stats = ScannerStats()
         self._stop = threading.Event()
@@ -93,6 +97,7 @@ class Scanner:
         self._next_expand = 0.0
         self._next_maintain = 0.0
         self._listener: Listener | None = None
+        self._vacuumer: Vacuumer | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -115,6 +120,9 @@ class Scanner:
                 self.dsn, [""], self._on_notify, stop=threading.Event(), channel=SCHEDULED_CHANNEL
             )
             self._listener.start()
+        if self.options.vacuum_interval > 0:
+            self._vacuumer = Vacuumer(self.dsn, interval=self.options.vacuum_interval, purpose=f"scanner {self.name}")
+            self._vacuumer.start()
         log.info("scanner %s started (lease %.0fs)", self.name, self.options.lease)
         try:
             while not self._stop.is_set():
@@ -314,6 +322,8 @@ class Scanner:
     def _shutdown(self) -> None:
         if self._listener is not None:
             self._listener.close()
+        if self._vacuumer is not None:
+            self._vacuumer.close()
         try:
             conn = self._db.get()
             conn.execute("SELECT pgsched.release_shards(%s)", (self.name,))

@@ -35,6 +35,7 @@ from pgsched.job import ClaimedJob, JobContext
 from pgsched.listener import Listener
 from pgsched.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.outcome import Kind, Outcome
+from pgsched.vacuumer import Vacuumer
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class WorkerOptions:
     labels: Sequence[str] = ()
     listen: bool = True
     housekeeping: bool = True  # promote due jobs and expire dead leases (also without a scanner)
+    vacuum_interval: float = 10.0  # vacuum pgsched.jobs' partitions when dead rows pile up (0: leave it to autovacuum)
     prepare: bool = True  # server-side prepared statements (off behind PgBouncer < 1.21)
     install_signal_handlers: bool = True
     completion_batch: int = 1000
@@ -77,6 +79,8 @@ class WorkerOptions:
             raise ConfigurationError("the heartbeat interval must be shorter than the lease")
         if self.poll_interval <= 0:
             raise ConfigurationError("the poll interval must be positive")
+        if self.vacuum_interval < 0:
+            raise ConfigurationError("the vacuum interval must be positive, or 0 to leave vacuuming to autovacuum")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("the metrics port must be between 0 and 65535")
 
@@ -111,6 +115,7 @@ class Worker:
         self._completer: Completer | None = None
         self._heartbeater: Heartbeater | None = None
         self._listener: Listener | None = None
+        self._vacuumer: Vacuumer | None = None
         self._claim_db: Reconnecting | None = None
         self._next_housekeeping = 0.0
         self._next_expiry = 0.0
@@ -182,6 +187,9 @@ class Worker:
         if opts.listen:
             self._listener = Listener(dsn, opts.queues, self._wake.set, stop=threading.Event())
             self._listener.start()
+        if opts.housekeeping and opts.vacuum_interval > 0:
+            self._vacuumer = Vacuumer(dsn, interval=opts.vacuum_interval, purpose=f"worker {self.name}")
+            self._vacuumer.start()
         self._executor.start()
         self._completer.start()
         self._heartbeater.start()
@@ -468,6 +476,8 @@ class Worker:
             self._heartbeater.close()
         if self._listener is not None:
             self._listener.close()
+        if self._vacuumer is not None:
+            self._vacuumer.close()
         self._executor.shutdown()
         self._giving_up.set()
         if self._claim_db is not None:

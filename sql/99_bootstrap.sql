@@ -14,6 +14,11 @@ BEGIN
             'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
             'autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)',
             'jobs_s' || s, s);
+        -- Workers and scanners vacuum the hot partitions themselves (see
+        -- vacuum_candidates); PostgreSQL 17 lets the owner say so.
+        IF pg_catalog.current_setting('server_version_num')::integer >= 170000 THEN
+            EXECUTE pg_catalog.format('GRANT MAINTAIN ON pgsched.%I TO pgsched_worker', 'jobs_s' || s);
+        END IF;
     END LOOP;
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pg_catalog.floor(pg_catalog.random() * %s)::smallint',

@@ -48,6 +48,7 @@
 \ir functions/tg_schedules__before_write.sql
 \ir functions/unregister_worker.sql
 \ir functions/upsert_schedule.sql
+\ir functions/vacuum_candidates.sql
 \ir 30_triggers.sql
 \ir 40_views.sql
 \ir 90_grants.sql

@@ -62,7 +62,19 @@ def _split(value: str) -> list[str]:
 @click.option("--burst", is_flag=True, help="Exit 0 once no due work is left.")
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN (e.g. behind PgBouncer transaction pooling); poll.")
 @click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
-@click.option("--no-housekeeping", is_flag=True, help="Leave promoting due jobs and expiring dead leases to scanners.")
+@click.option(
+    "--no-housekeeping",
+    is_flag=True,
+    help="Leave promoting due jobs, expiring dead leases and vacuuming pgsched.jobs to scanners.",
+)
+@click.option(
+    "--vacuum-interval",
+    type=click.FloatRange(0, None),
+    default=10.0,
+    show_default=True,
+    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows "
+    "(needs the tables' owner, or MAINTAIN on PostgreSQL 17+; 0: leave it to autovacuum).",
+)
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -87,6 +99,7 @@ def worker(
     no_listen: bool,
     no_prepare: bool,
     no_housekeeping: bool,
+    vacuum_interval: float,
     metrics_port: int | None,
 ) -> None:
     """Run a worker: claim due jobs of QUEUES and run their handlers.
@@ -114,6 +127,7 @@ def worker(
         listen=not no_listen,
         prepare=not no_prepare,
         housekeeping=not no_housekeeping,
+        vacuum_interval=vacuum_interval,
         metrics_port=metrics_port,
     )
     sys.exit(Worker(app, options).run())
@@ -137,17 +151,31 @@ def worker(
 @click.option("--name", default=None, help="Scanner name [default: scanner:host:pid:random].")
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN for new scheduled jobs (poll every second).")
 @click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
+@click.option(
+    "--vacuum-interval",
+    type=click.FloatRange(0, None),
+    default=10.0,
+    show_default=True,
+    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows "
+    "(needs the tables' owner, or MAINTAIN on PostgreSQL 17+; 0: leave it to autovacuum).",
+)
 @click.pass_context
 @handle_errors
 def scanner(
-    ctx: click.Context, app_ref: str | None, lease: float, name: str | None, no_listen: bool, no_prepare: bool
+    ctx: click.Context,
+    app_ref: str | None,
+    lease: float,
+    name: str | None,
+    no_listen: bool,
+    no_prepare: bool,
+    vacuum_interval: float,
 ) -> None:
     """Run a scanner: keep time for the shards it owns.
 
     \b
     It expires dead workers' leases, promotes due delayed jobs (waking
     workers), expands recurring schedules into jobs over a rolling horizon,
-    and creates/drops history partitions. Run any number: they split the
+    creates/drops history partitions and vacuums the hot partitions. Run any number: they split the
     shards between them by epoch-fenced leases.
     """
     from pgsched.scanner import Scanner, ScannerOptions
@@ -160,7 +188,9 @@ def scanner(
         app.configure(dsn)
         app.sync_schedules()
         app.close()
-    options = ScannerOptions(name=name, lease=lease, listen=not no_listen, prepare=not no_prepare)
+    options = ScannerOptions(
+        name=name, lease=lease, listen=not no_listen, prepare=not no_prepare, vacuum_interval=vacuum_interval
+    )
     sys.exit(Scanner(dsn, options).run())
 
 
@@ -188,7 +218,8 @@ def run(ctx: click.Context, app_ref: str, queues: str, concurrency: int, shutdow
     dsn = state(ctx).resolve()
     app = load_app(app_ref)
     app.configure(dsn)
-    scan = Scanner(dsn, ScannerOptions(install_signal_handlers=False))
+    # The worker vacuums; one vacuum thread per process is enough.
+    scan = Scanner(dsn, ScannerOptions(install_signal_handlers=False, vacuum_interval=0))
     thread = threading.Thread(target=scan.run, name="pgsched-scanner", daemon=True)
     thread.start()
     try:
