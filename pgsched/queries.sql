@@ -62,4 +62,4 @@ SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s);
 SELECT pgsched.unregister_worker(%s);
 
 -- name: vacuum_candidates
-SELECT schema_name, table_name, dead, live FROM pgsched.vacuum_candidates(%s, %s);
+SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates(%s, %s);

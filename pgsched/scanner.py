@@ -49,7 +49,7 @@ class ScannerOptions:
     max_sleep: float = 5.0  # upper bound on sleeping when nothing is due
     expansion_interval: float = 5.0  # schedules are checked for expansion this often
     maintain_interval: float = 3600.0
-    vacuum_interval: float = 10.0  # vacuum pgsched.jobs' partitions when dead rows pile up (0: leave it to autovacuum)
+    vacuum_interval: float = 5.0  # vacuum/analyze pgsched.jobs' partitions when needed (0: leave it to autovacuum)
     listen: bool = True
     prepare: bool = True
     install_signal_handlers: bool = True

@@ -1,4 +1,4 @@
-"""Keeps the hot table lean: VACUUMs pgsched.jobs' partitions as soon as dead row versions pile up.
+"""Keeps the hot table lean and its plans right: VACUUM / ANALYZE of pgsched.jobs' partitions when needed.
 
 Every job leaves two dead row versions in pgsched.jobs (one when it is
 claimed, one when it finishes). Autovacuum comes round at most once per
@@ -10,6 +10,11 @@ worth it and vacuums those, each with SKIP_LOCKED (a partition another process
 is vacuuming is left alone). VACUUM takes no lock that blocks claims or writes.
 A role that may not vacuum the partitions gets no candidates, and the thread
 only checks now and then.
+
+It also runs ANALYZE on a partition whose row count has moved far from what
+the planner believes: plans of claim, heartbeat and complete are cached per
+connection, and those built while the table was empty scan it whole once a
+burst arrives (0.5 ms claims become 170 ms ones) until the statistics change.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class Vacuumer:
         self._min_dead = MIN_DEAD if min_dead is None else min_dead
         self._dead_ratio = DEAD_RATIO if dead_ratio is None else dead_ratio
         self.vacuums = 0
+        self.analyzes = 0
         self.seconds = 0.0
         self._thread = threading.Thread(target=self._loop, name="pgsched-vacuum", daemon=True)
 
@@ -85,19 +91,33 @@ class Vacuumer:
                     log.warning("vacuum check failed: %s", exc)
 
     def run_once(self) -> list[str]:
-        """Vacuum every partition that needs it now; returns the partitions vacuumed."""
+        """Vacuum and/or analyze every partition that needs it now; returns those it worked on."""
         conn = self._db.get()
         rows = conn.execute(queries.VACUUM_CANDIDATES, (self._min_dead, self._dead_ratio)).fetchall()
         done: list[str] = []
-        for schema, table, dead, live in rows:
+        for schema, table, dead, live, needs_vacuum, needs_analyze in rows:
             if self._stop.is_set():
                 break
-            partition = f"{schema}.{table}"
+            target = sql.Identifier(schema, table)
+            if needs_vacuum:
+                options = "SKIP_LOCKED, ANALYZE" if needs_analyze else "SKIP_LOCKED"
+                statement = sql.SQL("VACUUM ({}) {}").format(sql.SQL(options), target)
+            else:
+                statement = sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(target)
             started = time.monotonic()
-            conn.execute(sql.SQL("VACUUM (SKIP_LOCKED) {}").format(sql.Identifier(schema, table)))
+            conn.execute(statement)
             took = time.monotonic() - started
-            self.vacuums += 1
+            self.vacuums += needs_vacuum
+            self.analyzes += needs_analyze
             self.seconds += took
-            done.append(partition)
-            log.debug("vacuumed %s (%d dead, %d live row versions) in %.3fs", partition, dead, live, took)
+            done.append(f"{schema}.{table}")
+            log.debug(
+                "%s %s.%s (%d dead, %d live row versions) in %.3fs",
+                "vacuumed" if needs_vacuum else "analyzed",
+                schema,
+                table,
+                dead,
+                live,
+                took,
+            )
         return done

@@ -58,7 +58,7 @@ class WorkerOptions:
     labels: Sequence[str] = ()
     listen: bool = True
     housekeeping: bool = True  # promote due jobs and expire dead leases (also without a scanner)
-    vacuum_interval: float = 10.0  # vacuum pgsched.jobs' partitions when dead rows pile up (0: leave it to autovacuum)
+    vacuum_interval: float = 5.0  # vacuum/analyze pgsched.jobs' partitions when needed (0: leave it to autovacuum)
     prepare: bool = True  # server-side prepared statements (off behind PgBouncer < 1.21)
     install_signal_handlers: bool = True
     completion_batch: int = 1000

@@ -1,21 +1,29 @@
--- 0002: vacuum candidates
+-- 0002: vacuum candidates (workers and scanners vacuum and analyze the shard partitions)
 
 -- functions/vacuum_candidates.sql
 -- vacuum_candidates
--- contract: the partitions of pgsched.jobs that the caller may vacuum and
--- that hold at least p_min_dead dead row versions, and at least p_ratio
--- times as many as live ones (the statistics' counts), most dead first.
--- Every job leaves two dead versions behind it (claimed, then finished);
--- autovacuum visits a database once a minute at best (autovacuum_naptime),
--- by which time a busy queue has piled up hundreds of thousands and claims
--- wade through them. Workers and scanners VACUUM what this names every few
--- seconds instead; a caller that may not vacuum (neither a member of the
--- owner role nor, on PostgreSQL 17 and later, holding MAINTAIN) gets nothing.
+-- contract: the partitions of pgsched.jobs that the caller may vacuum or
+-- analyze (a member of the owner role, or, on PostgreSQL 17 and later, one
+-- holding MAINTAIN), and that need it now, most dead rows first:
+--   vacuum  at least p_min_dead dead row versions, and at least p_ratio times
+--           as many dead as live (the statistics' counts). Every job leaves
+--           two behind (claimed, then finished), and autovacuum visits a
+--           database once per autovacuum_naptime (a minute) at best: a busy
+--           queue piles up hundreds of thousands in between, and claims wade
+--           through them.
+--   analyze the planner's row count (pg_class.reltuples) is off from the live
+--           rows by more than 1,000 and by more than half. Cached plans of
+--           claim, heartbeat and complete are built for the table's size
+--           when first used; built on an empty table, they scan it, and stay
+--           until the next ANALYZE: a burst of 400,000 jobs then makes each
+--           claim take 170 ms instead of 0.5 ms. ANALYZE replaces them.
+-- Workers and scanners run VACUUM / ANALYZE (SKIP_LOCKED) on what this names
+-- every few seconds (pgsched/vacuumer.py).
 CREATE OR REPLACE FUNCTION pgsched.vacuum_candidates(
     p_min_dead bigint           DEFAULT 10000,
     p_ratio    double precision DEFAULT 0.2
 )
-RETURNS TABLE (schema_name text, table_name text, dead bigint, live bigint)
+RETURNS TABLE (schema_name text, table_name text, dead bigint, live bigint, needs_vacuum boolean, needs_analyze boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
@@ -27,17 +35,23 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN QUERY
-    SELECT n.nspname::text, c.relname::text, s.n_dead_tup, s.n_live_tup
-    FROM pg_catalog.pg_inherits i
-    JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-    JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
-    WHERE i.inhparent = 'pgsched.jobs'::pg_catalog.regclass
-      AND s.n_dead_tup >= p_min_dead
-      AND s.n_dead_tup >= p_ratio * s.n_live_tup
-      AND (pg_catalog.pg_has_role(c.relowner, 'USAGE')
-           OR CASE WHEN v_maintain THEN pg_catalog.has_table_privilege(c.oid, 'MAINTAIN') ELSE false END)
-    ORDER BY s.n_dead_tup DESC;
+    SELECT t.schema_name, t.table_name, t.dead, t.live, t.needs_vacuum, t.needs_analyze
+    FROM (
+        SELECT n.nspname::text AS schema_name, c.relname::text AS table_name,
+               s.n_dead_tup AS dead, s.n_live_tup AS live,
+               s.n_dead_tup >= p_min_dead AND s.n_dead_tup >= p_ratio * s.n_live_tup AS needs_vacuum,
+               pg_catalog.abs(s.n_live_tup - greatest(c.reltuples, 0))
+                   > greatest(1000, 0.5 * greatest(c.reltuples, 0)) AS needs_analyze
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
+        WHERE i.inhparent = 'pgsched.jobs'::pg_catalog.regclass
+          AND (pg_catalog.pg_has_role(c.relowner, 'USAGE')
+               OR CASE WHEN v_maintain THEN pg_catalog.has_table_privilege(c.oid, 'MAINTAIN') ELSE false END)
+    ) t
+    WHERE t.needs_vacuum OR t.needs_analyze
+    ORDER BY t.dead DESC;
 END
 $$;
 

@@ -70,10 +70,11 @@ def _split(value: str) -> list[str]:
 @click.option(
     "--vacuum-interval",
     type=click.FloatRange(0, None),
-    default=10.0,
+    default=5.0,
     show_default=True,
-    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows "
-    "(needs the tables' owner, or MAINTAIN on PostgreSQL 17+; 0: leave it to autovacuum).",
+    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows, and "
+    "ANALYZE those whose size changed a lot (needs the tables' owner, or MAINTAIN on PostgreSQL 17+; "
+    "0: leave it to autovacuum).",
 )
 @click.option(
     "--metrics-port",
@@ -154,10 +155,11 @@ def worker(
 @click.option(
     "--vacuum-interval",
     type=click.FloatRange(0, None),
-    default=10.0,
+    default=5.0,
     show_default=True,
-    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows "
-    "(needs the tables' owner, or MAINTAIN on PostgreSQL 17+; 0: leave it to autovacuum).",
+    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows, and "
+    "ANALYZE those whose size changed a lot (needs the tables' owner, or MAINTAIN on PostgreSQL 17+; "
+    "0: leave it to autovacuum).",
 )
 @click.pass_context
 @handle_errors

@@ -51,7 +51,9 @@ def candidates(dsn: str, role: str | None = None) -> list[tuple[str, str, int, i
     with psycopg.connect(dsn, autocommit=True) as c:
         if role:
             c.execute(f"SET ROLE {role}")
-        return c.execute("SELECT * FROM pgsched.vacuum_candidates(1000, 0.2)").fetchall()
+        return c.execute(
+            "SELECT schema_name, table_name, dead, live FROM pgsched.vacuum_candidates(1000, 0.2) WHERE needs_vacuum"
+        ).fetchall()
 
 
 @pytest.fixture
@@ -113,6 +115,42 @@ def test_below_the_thresholds_nothing_is_named(dsn: str) -> None:
         # About 100 dead beside 500 live in each partition: under a ratio of 1, over one of 0.05.
         assert c.execute("SELECT count(*) FROM pgsched.vacuum_candidates(0, 1)").fetchone() == (0,)
         assert c.execute("SELECT count(*) FROM pgsched.vacuum_candidates(0, 0.05)").fetchone() == (8,)
+
+
+def test_a_burst_gets_the_partitions_analyzed(dsn: str) -> None:
+    """Plans cached on an empty table scan it once a burst arrives; ANALYZE makes every session plan again."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("ANALYZE pgsched.jobs")
+        # A worker's connection plans its claims while the table is empty.
+        claim = "SELECT count(*) FROM pgsched.claim('w', ARRAY['other'], 10, interval '1 minute', '{}', %s)"
+        for shard in (None, 1, None, 1, None, 1, None, 1):
+            c.execute(claim, [shard])
+        c.execute(
+            "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[40000]), array_fill('{}'::jsonb, ARRAY[40000]),"
+            " array_fill('other'::text, ARRAY[40000]))"
+        )
+        c.execute("SELECT pg_stat_force_next_flush()")
+
+        def stale() -> list[tuple[str, bool, bool]]:
+            return c.execute(
+                "SELECT table_name, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates() WHERE needs_analyze"
+            ).fetchall()
+
+        found = wait_for(lambda: len(stale()) == 8 and stale(), timeout=15, what="every partition to need ANALYZE")
+        assert not any(needs_vacuum for _, needs_vacuum, _ in found)
+        vacuumer = Vacuumer(dsn, interval=60, purpose="test")
+        try:
+            assert len(vacuumer.run_once()) == 8
+        finally:
+            vacuumer.close()
+        assert (vacuumer.vacuums, vacuumer.analyzes) == (0, 8)
+        reltuples = c.execute(
+            "SELECT sum(reltuples) FROM pg_class"
+            " WHERE oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'pgsched.jobs'::regclass)"
+        ).fetchone()
+        assert reltuples is not None
+        assert reltuples[0] == 40000
+        assert stale() == []
 
 
 def test_bad_thresholds_are_refused(dsn: str) -> None:
