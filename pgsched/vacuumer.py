@@ -39,7 +39,7 @@ DEAD_RATIO = 0.2
 
 
 class Vacuumer:
-    """A thread that vacuums pgsched.jobs' partitions every ``interval`` seconds when they need it."""
+    """A thread that, every ``interval`` seconds, vacuums or analyzes the partitions of pgsched.jobs that need it."""
 
     def __init__(
         self,
