@@ -18,6 +18,7 @@ from bench.scenarios.base import (
     Metrics,
     RowSummary,
     Scenario,
+    first_figure,
     fmt_rate,
     fmt_ratio,
     status_cell,
@@ -83,10 +84,7 @@ class AuditScenario(Scenario):
 
     def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
         """The same configuration with audit off."""
-        for other, metrics in same_round:
-            if other.group == case.group and not other.params["audit"] and metrics.get(metric):
-                return float(metrics[metric])
-        return None
+        return first_figure(same_round, metric, lambda other: other.group == case.group and not other.params["audit"])
 
     def render(self, rows: list[RowSummary], opts: Options) -> list[str]:
         by_group: dict[str, dict[bool, RowSummary]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,3 +200,11 @@ def percentile(values: list[float], q: float) -> float:
 def median_or_none(values: list[float]) -> float | None:
     """The median, or None for no values."""
     return statistics.median(values) if values else None
+
+
+def first_figure(same_round: list[tuple[Case, Metrics]], metric: str, match: Callable[[Case], bool]) -> float | None:
+    """``metric`` of the first case of the round that ``match`` accepts and that measured it."""
+    for other, metrics in same_round:
+        if match(other) and metrics.get(metric):
+            return float(metrics[metric])
+    return None

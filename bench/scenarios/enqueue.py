@@ -13,6 +13,7 @@ from bench.scenarios.base import (
     Metrics,
     RowSummary,
     Scenario,
+    first_figure,
     fmt_rate,
     fmt_ratio,
     status_cell,
@@ -67,10 +68,7 @@ class EnqueueScenario(Scenario):
         return {"jobs_per_s": n / seconds, "seconds": seconds, "jobs": n, "notes": notes}
 
     def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
-        for other, metrics in same_round:
-            if other.system == "raw" and other.group == case.group and metrics.get(metric):
-                return float(metrics[metric])
-        return None
+        return first_figure(same_round, metric, lambda other: other.system == "raw" and other.group == case.group)
 
     def render(self, rows: list[RowSummary], opts: Options) -> list[str]:
         out = []

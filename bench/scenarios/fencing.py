@@ -21,6 +21,7 @@ from bench.scenarios.base import (
     Metrics,
     RowSummary,
     Scenario,
+    first_figure,
     fmt_rate,
     fmt_ratio,
     status_cell,
@@ -100,10 +101,9 @@ class FencingScenario(Scenario):
 
     def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
         """The plain loop of the same batch size and process count."""
-        for other, metrics in same_round:
-            if other.group == case.group and other.params["variant"] == "plain" and metrics.get(metric):
-                return float(metrics[metric])
-        return None
+        return first_figure(
+            same_round, metric, lambda other: other.group == case.group and other.params["variant"] == "plain"
+        )
 
     def render(self, rows: list[RowSummary], opts: Options) -> list[str]:
         out = []

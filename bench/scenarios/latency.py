@@ -22,6 +22,7 @@ from bench.scenarios.base import (
     Metrics,
     RowSummary,
     Scenario,
+    first_figure,
     fmt_ms,
     fmt_ratio,
     percentile,
@@ -129,10 +130,7 @@ class LatencyScenario(Scenario):
         return starts, ends
 
     def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
-        for other, metrics in same_round:
-            if other.system == "raw" and metrics.get(metric):
-                return float(metrics[metric])
-        return None
+        return first_figure(same_round, metric, lambda other: other.system == "raw")
 
     def render(self, rows: list[RowSummary], opts: Options) -> list[str]:
         out = []

@@ -36,6 +36,7 @@ from bench.scenarios.base import (
     Metrics,
     RowSummary,
     Scenario,
+    first_figure,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
@@ -238,10 +239,9 @@ class ScaleScenario(Scenario):
 
     def raw_reference(self, case: Case, metric: str, same_round: list[tuple[Case, Metrics]]) -> float | None:
         """The same system's empty table in the same round."""
-        for other, metrics in same_round:
-            if other.system == case.system and other.params["backlog"] == "none" and metrics.get(metric):
-                return float(metrics[metric])
-        return None
+        return first_figure(
+            same_round, metric, lambda other: other.system == case.system and other.params["backlog"] == "none"
+        )
 
     def render(self, rows: list[RowSummary], opts: Options) -> list[str]:
         out = []
