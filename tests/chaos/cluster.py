@@ -50,6 +50,15 @@ def _binaries() -> tuple[Path, str]:
     return Path(POSTGRES_VERSIONS[int(version)]), "pgserver"
 
 
+def _os_user(name: str) -> pwd.struct_passwd:
+    """The OS user the server runs as (root may not run PostgreSQL); created when this machine lacks it."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", name], check=False, capture_output=True)
+        return pwd.getpwnam(name)
+
+
 class Cluster:
     """initdb'd on construction; start(), stop(mode), restart(); dsn(db) for the unix socket, tcp_dsn(db) for TCP."""
 
@@ -63,7 +72,7 @@ class Cluster:
         self.port = free_port()
         self.sock.mkdir()
         if self.user is not None:
-            entry = pwd.getpwnam(self.user)
+            entry = _os_user(self.user)
             for path in (self.root, self.sock):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         self.root.chmod(0o755)

@@ -5,6 +5,9 @@
   only application-level timeouts notice); new connections hang too.
   ``held_requests`` counts client requests caught by the hold.
   ``heal()`` lets everything through again, late.
+- ``hold_on(marker)``: like hold(), from the first client chunk that contains
+  ``marker`` on (that chunk is the first one held), so a test can freeze a
+  process exactly as it sends a given statement.
 - ``cut()``: every open connection is reset (RST) at once; new ones work.
 - ``down()``: like cut(), and new connections are reset until ``heal()``.
 """
@@ -25,6 +28,7 @@ class Proxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._refuse = False
+        self._marker: bytes | None = None
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._closed = False
@@ -37,8 +41,12 @@ class Proxy:
     def hold(self) -> None:
         self._flowing.clear()
 
+    def hold_on(self, marker: bytes) -> None:
+        self._marker = marker
+
     def heal(self) -> None:
         self._refuse = False
+        self._marker = None
         self._flowing.set()
 
     def cut(self) -> int:
@@ -103,6 +111,10 @@ class Proxy:
                     continue
                 if not data:
                     break
+                marker = self._marker
+                if to_server and marker is not None and marker in data:
+                    self._marker = None
+                    self._flowing.clear()
                 if not self._flowing.is_set():
                     # Held: this chunk waits here, and the kernel buffers what follows.
                     with self._lock:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -30,6 +31,20 @@ def owner_of_all(env: Env, name: str) -> bool:
     )
 
 
+def owns_any(env: Env, name: str) -> bool:
+    return bool(env.scalar("SELECT count(*) FROM pgsched.shard_leases WHERE owner = %s AND expires_at > now()", [name]))
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Whether predicate() became true within timeout seconds (a deadline, not a sleep)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def run_takeover(env: Env, *, pauses: int, lease: float, every_round: bool) -> None:
     subprocess.run(
         [sys.executable, "-m", "pgsched", "--dsn", env.dsn, "schedules", "add", "tick", "* * * * * *", "chaos.probe",
@@ -37,7 +52,9 @@ def run_takeover(env: Env, *, pauses: int, lease: float, every_round: bool) -> N
         check=True, cwd=REPO, env=env.env, capture_output=True,
     )  # fmt: skip
     proxy = env.proxy()
-    old = env.scanner("old-owner", dsn=env.tcp_dsn(proxy.port), lease=lease)
+    # Statement texts go over the wire on every call (no prepared statements), so the proxy
+    # can freeze the old owner exactly as it sends a fenced write.
+    old = env.scanner("old-owner", dsn=env.tcp_dsn(proxy.port), lease=lease, extra=("--no-prepare",))
     wait_until(lambda: owner_of_all(env, "old-owner"), 30, "old-owner holding every shard", env)
     env.worker("w1", concurrency=4, lease=5.0, poll=0.5, extra=("--no-housekeeping",))
     new = env.scanner("new-owner", lease=lease, start=False)
@@ -45,19 +62,25 @@ def run_takeover(env: Env, *, pauses: int, lease: float, every_round: bool) -> N
     rejected_rounds = 0
     for round_no in range(pauses):
         time.sleep(2.0)
+        # After a takeover the two scanners split the shards again; the old owner needs one to
+        # have a fenced write to send.
+        if not wait_for(lambda: owns_any(env, "old-owner"), lease * 4 + 10):
+            print(f"[chaos] pause {round_no + 1}: the old owner holds no shard again; stopping here")
+            break
         before = len(old.text())
-        # Freeze it mid-stride: its next statement waits at the proxy, then the process stops.
-        proxy.hold()
-        wait_until(lambda: proxy.held_requests > 0, 10, "the old owner sending a statement", env)
+        # Freeze it mid-stride: its next fenced write (a shard scan, due every second for the
+        # schedule) waits at the proxy, then the process stops.
+        proxy.hold_on(b"pgsched.scan_shard")
+        wait_until(lambda: proxy.held_requests > 0, 30, "the old owner sending a shard scan", env)
         old.signal(signal.SIGSTOP)
         if not new.alive():
             new.start()
         # The lease lapses and the other scanner takes every shard of the paused one.
         wait_until(lambda: owner_of_all(env, "new-owner"), lease * 4 + 10, "new-owner taking over", env)
-        time.sleep(1.0)
-        proxy.heal()  # the statement it had sent arrives now, under its old epoch
+        proxy.heal()  # the scan it had sent arrives now, under its old epoch
         old.signal(signal.SIGCONT)
-        time.sleep(2.0)
+        # The fence answers that scan with PS409, which the old owner logs; give a busy machine time.
+        wait_for(lambda start=before: "PS409" in old.text()[start:], 30)
         log = old.text()[before:]
         if "PS409" in log:
             rejected_rounds += 1
