@@ -172,7 +172,7 @@ def _print_look_inside(console: Console, dsn: str, pgsched_cmd: str, run: str, e
     help="Instead, walk through the scheduler's guarantees scene by scene on a pretend clock, in scratch "
     "databases of its own (the same text on every run).",
 )
-@click.option("--scene", type=click.IntRange(1, 7), default=None, help="With --story: play only this scene.")
+@click.option("--scene", type=click.IntRange(1, 8), default=None, help="With --story: play only this scene.")
 @click.option(
     "--keep", is_flag=True, help="With --story: keep the scenes' scratch databases for inspection (named on stderr)."
 )

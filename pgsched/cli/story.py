@@ -9,6 +9,8 @@ import click
 
 from pgsched.cli.common import EXIT_FAILURE, CliState, emit_json
 
+EXIT_INTERRUPTED = 130  # as a shell reports a command stopped by Ctrl-C
+
 
 def play_story(cli: CliState, scene: int | None, *, keep: bool, as_json: bool) -> None:
     """Run the story on the server of the configured DSN (else the embedded one) and print it."""
@@ -25,7 +27,11 @@ def play_story(cli: CliState, scene: int | None, *, keep: bool, as_json: bool) -
 
     if not as_json:
         click.echo(HEADER, nl=False)
-    story = run_story(dsn, [scene] if scene else None, keep=keep, on_scene=None if as_json else show)
+    try:
+        story = run_story(dsn, [scene] if scene else None, keep=keep, on_scene=None if as_json else show)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the scratch databases were dropped", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     if as_json:
         emit_json(story.as_dict())
     else:

@@ -44,10 +44,11 @@ SCENES: tuple[Scene, ...] = (
     Scene("Two scanners split the shards; one dies and the other takes over", scenes_race.scanner_takeover),
     Scene("A worker stalls past its lease: the job runs twice, its effect happens once", scenes_jobs.crashed_worker),
     Scene("One idempotency key, one job, also after it completed", scenes_jobs.idempotency),
+    Scene("A daily 02:30 in Europe/Berlin when the clocks spring forward", scenes_schedules.dst_gap),
     Scene(
-        "A daily 02:30 in Europe/Berlin across both DST changes",
-        scenes_schedules.dst_changes,
-        datetime(2099, 3, 28, 12, 0, tzinfo=UTC),
+        "A daily 02:30 in Europe/Berlin when the clocks fall back",
+        scenes_schedules.dst_overlap,
+        datetime(2099, 10, 24, 12, 0, tzinfo=UTC),
     ),
     Scene(
         "Two hours of downtime under each misfire policy",
