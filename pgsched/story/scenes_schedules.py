@@ -3,7 +3,7 @@ each misfire policy. Expansion and promotion go through the scanner's own code a
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -166,20 +166,29 @@ def downtime(stage: Stage) -> None:
         for row in mine:
             if row["state"] == "completed":
                 ran[name].append(hms(row["fire_at"]))
-        missed = [row for row in mine if row["state"] != "completed"]
         stage.say(
-            f"  {name} (misfire_policy {policies[name]}): of {len(mine)} missed occurrences it ran "
-            f"{', '.join(ran[name]) or 'none'}; skipped {len(missed)}" + (f" ({_why(missed[0])})" if missed else ""),
+            f"  {name} (misfire_policy {policies[name]}): {len(mine)} occurrences fell in the downtime",
             schedule=name,
             ran=ran[name],
-            skipped=[hms(row["fire_at"]) for row in missed],
         )
+        groups: dict[str, list[str]] = {}
+        for row in mine:
+            groups.setdefault(_outcome(row), []).append(row["fire_at"].astimezone(UTC).strftime("%H:%M"))
+        for outcome, times in groups.items():
+            stage.say(f"    {', '.join(times)}: {outcome}", schedule=name, outcome=outcome, fire_at=times)
     stage.fact(ran={name: list(times) for name, times in ran.items()}, back=stamp(back))
     stage.check("misfire_policy skip ran none of the missed occurrences", not ran["every-15-skip"])
     stage.check("latest ran only the most recent one", ran["every-15-latest"] == [hms(max(r["fire_at"] for r in rows))])
     stage.check("all ran the most recent ones, at most misfire_cap (3)", 1 <= len(ran["every-15-all"]) <= 3)
 
 
-def _why(row: dict[str, Any]) -> str:
-    text = str(row["error"] or row["reason"] or row["decision"])
-    return text.split(": due at")[0]
+def _outcome(row: dict[str, Any]) -> str:
+    """What became of one occurrence, as the database recorded it."""
+    if row["state"] == "completed":
+        return f"ran (started {hms(row['started_at'])})"
+    if row["job_id"] is None:
+        return f"never queued: the expansion decided {row['decision']} ({row['reason']})"
+    if row["state"] in ("cancelled", "dead"):
+        why = str(row["error"] or row["reason"] or row["decision"]).split(": due at")[0]
+        return f"queued, then {row['state']} when promoted ({why})"
+    return f"still {row['state']} ({row['decision']})"

@@ -4,6 +4,7 @@ claim true in the database the scene left behind."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -318,3 +319,67 @@ def test_scene_8_cancel_and_claim_never_both_win(kept: Story) -> None:
     assert (ran["state"], ran["attempt"]) == ("cancelled", 1)
     assert (never["state"], never["attempt"], never["started_at"]) == ("cancelled", 0, None)
     assert claimed == {facts["claimed_then_cancelled"]}
+
+
+# -- docs/guarantees.md: the SQL it tells a reader to run ---------------------------------------
+
+GUARANTEES = ROOT / "docs" / "guarantees.md"
+
+
+def guarantee_blocks(kind: str) -> list[tuple[list[int], str]]:
+    """The page's ```sql blocks whose first line is ``-- <kind>``, with the scenes of their section."""
+    found: list[tuple[list[int], str]] = []
+    scenes: list[int] = []
+    for part in re.split(r"^## ", GUARANTEES.read_text(), flags=re.MULTILINE)[1:]:
+        title = part.splitlines()[0]
+        scenes = [int(n) for n in re.findall(r"\d+", title.split(".")[0])] if title.startswith("Scene") else []
+        for block in re.findall(r"^```sql\n(.*?)^```", part, flags=re.MULTILINE | re.DOTALL):
+            if block.startswith(f"-- {kind}\n"):
+                found.append((scenes, block))
+    return found
+
+
+def statements(block: str) -> list[tuple[str, str | None]]:
+    """Each statement of a block, with the SQLSTATE its ``-- refused: XXXXX`` comment expects."""
+    out: list[tuple[str, str | None]] = []
+    current: list[str] = []
+    for line in block.splitlines():
+        code, _, comment = line.partition("--")
+        if not code.strip() and not current:
+            continue
+        current.append(code)
+        if code.rstrip().endswith(";"):
+            refused = re.search(r"refused: (\w{5})", comment)
+            out.append(("\n".join(current), refused.group(1) if refused else None))
+            current = []
+    assert not current, f"a statement without its semicolon: {current}"
+    return out
+
+
+def run_block(conn: psycopg.Connection[Any], block: str) -> None:
+    for statement, refused in statements(block):
+        if refused is None:
+            conn.execute(statement.encode())
+            continue
+        with pytest.raises(psycopg.Error) as error:
+            conn.execute(statement.encode())
+        assert error.value.sqlstate == refused, statement
+
+
+@pytest.mark.parametrize(
+    ("scenes", "block"), guarantee_blocks("replay"), ids=lambda v: str(v) if isinstance(v, list) else ""
+)
+def test_the_guarantees_page_replays_each_scene_in_psql(dsn: str, scenes: list[int], block: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        run_block(conn, block)
+
+
+def test_the_guarantees_page_looks_at_what_each_scene_left(kept: Story) -> None:
+    blocks = guarantee_blocks("look")
+    assert sorted(n for scenes, _ in blocks for n in scenes) == list(range(1, len(SCENES) + 1))
+    assert len(guarantee_blocks("replay")) >= 4
+    for scenes, block in blocks:
+        for number in scenes:
+            with db(kept, number) as conn:
+                for statement, _ in statements(block):
+                    assert conn.execute(statement.encode()).fetchall(), f"scene {number}: no rows from {statement}"
