@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from pgsched.cli.demo import demo
 from pgsched.story import SCENES, Story, run_story
 from pgsched.story.runner import HEADER, render_scene
+from pgsched.story.stage import Stage
 from tests.e2e.clirun import ROOT, Result, command, environment, run
 
 pytestmark = pytest.mark.slow
@@ -383,3 +384,17 @@ def test_the_guarantees_page_looks_at_what_each_scene_left(kept: Story) -> None:
             with db(kept, number) as conn:
                 for statement, _ in statements(block):
                     assert conn.execute(statement.encode()).fetchall(), f"scene {number}: no rows from {statement}"
+
+
+def test_a_scene_that_fails_leaves_no_scratch_database(admin_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgsched.story import runner
+
+    def breaks(stage: Stage) -> None:
+        stage.enqueue("story.report", "report-1")
+        raise RuntimeError("the scene broke")
+
+    before = scratch_databases(admin_dsn)
+    monkeypatch.setattr(runner, "SCENES", (runner.SCENES[0], runner.Scene("breaks", breaks)))
+    with pytest.raises(RuntimeError, match="the scene broke"):
+        run_story(admin_dsn)
+    assert scratch_databases(admin_dsn) == before
