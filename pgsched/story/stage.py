@@ -18,9 +18,14 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from pgsched.errors import PgschedError
 from pgsched.scanner import plan_occurrences
 
 QUEUE: Final = "story"
+
+
+class StoryFailed(PgschedError):
+    """A scene could not be staged as written (a race that did not happen the way it was set up)."""
 
 
 def _load() -> dict[str, LiteralString]:
@@ -179,7 +184,7 @@ class Stage:
             key = f"{stem}-{n}"
             if self.one("shard_for_key", key=key)["shard"] in wanted:
                 return key
-        raise AssertionError(f"no key for shards {wanted}")  # pragma: no cover - 8 shards, 1000 tries
+        raise StoryFailed(f"no key of {stem}-N lands on shards {sorted(wanted)}")  # pragma: no cover
 
     def promote(self) -> int:
         return int(self.one("promote_due")["n"])
@@ -225,9 +230,12 @@ class Stage:
         misfire policies) and are filed by pgsched.add_occurrences, fenced by the epoch.
         """
         row = self.one("schedule", name=name)
-        changed = row["expanded_version"] != row["version"]
-        start = self.now if changed or row["expanded_until"] is None else row["expanded_until"]
-        plan, until = plan_occurrences(row, start, self.now + row["horizon"], self.now)
+        plan: list[dict[str, Any]] = []
+        start = until = self.now
+        if row["enabled"]:
+            changed = row["expanded_version"] != row["version"]
+            start = self.now if changed or row["expanded_until"] is None else row["expanded_until"]
+            plan, until = plan_occurrences(row, start, self.now + row["horizon"], self.now)
         created = self.one(
             "add_occurrences",
             scanner=scanner,
@@ -261,11 +269,11 @@ class Stage:
         deadline = time.monotonic() + 30
         while not self.one("blocked", pid=pid)["blocked"]:
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise AssertionError(f"{name} did not wait for the lock (finished: {not thread.is_alive()})")
+                raise StoryFailed(f"{name} did not wait for the lock (finished: {not thread.is_alive()})")
             time.sleep(0.01)
         yield out
         thread.join(timeout=30)
         if failure:
             raise failure[0]
         if thread.is_alive():
-            raise AssertionError(f"{name} still waits after the lock was freed")
+            raise StoryFailed(f"{name} still waits after the lock was freed")
