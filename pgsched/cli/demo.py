@@ -166,6 +166,16 @@ def _print_look_inside(console: Console, dsn: str, pgsched_cmd: str, run: str, e
     help="Give up when the jobs are not all finished after this many seconds.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (progress goes to stderr).")
+@click.option(
+    "--story",
+    is_flag=True,
+    help="Instead, walk through the scheduler's guarantees scene by scene on a pretend clock, in scratch "
+    "databases of its own (the same text on every run).",
+)
+@click.option("--scene", type=click.IntRange(1, 8), default=None, help="With --story: play only this scene.")
+@click.option(
+    "--keep", is_flag=True, help="With --story: keep the scenes' scratch databases for inspection (named on stderr)."
+)
 @click.pass_context
 @handle_errors
 def demo(
@@ -176,6 +186,9 @@ def demo(
     poll_interval: float,
     timeout: float,
     as_json: bool,
+    story: bool,
+    scene: int | None,
+    keep: bool,
 ) -> None:
     """Run a real workload end to end and sum it up.
 
@@ -189,7 +202,22 @@ def demo(
     lag. Each run tags its jobs (idempotency keys demo:<run>:<n>), so runs can
     be repeated against the same database. Exits 0 when every job is
     accounted for and only the always-failing job is dead.
+
+    \b
+    With --story it instead plays numbered scenes on a pretend clock (passed
+    to the SQL functions as p_now) in scratch databases it creates on the
+    same server and drops afterwards: a job due later, scanners taking over a
+    dead one's shards, a stalled worker fenced off, idempotency keys, DST
+    changes and misfire policies, a cancel racing a claim. Its role must be
+    allowed to CREATE DATABASE. See docs/guarantees.md.
     """
+    if story:
+        from pgsched.cli.story import play_story
+
+        play_story(state(ctx), scene, keep=keep, as_json=as_json)
+        return
+    if scene is not None or keep:
+        raise click.UsageError("--scene and --keep go with --story")
     from pgsched.demo import DemoOptions, run_demo
     from pgsched.schema import ensure_installed
 
