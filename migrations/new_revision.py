@@ -6,8 +6,11 @@
 A new revision copies, whole, every function/trigger/view file of sql/ whose
 content changed since the last revision (they are CREATE OR REPLACE, so the
 whole file is the right delta) and opens the .up.sql with a reminder to
-hand-write the ALTERs for tables, types and indexes. Hashes of sql/ files as
-of the newest revision are kept in migrations/manifest.json.
+hand-write the ALTERs for tables, types and indexes. Its .down.sql restores
+the function files as they were at the previous revision (taken from git:
+the commit that last wrote the manifest), drops the functions the revision
+added, and reminds to hand-write the rest. Hashes of sql/ files as of the
+newest revision are kept in migrations/manifest.json.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,6 +47,79 @@ def refreeze_initial() -> None:
     print("rewrote migrations/versions/0001_initial.up.sql from sql/")
 
 
+_SIGNATURE = re.compile(r"CREATE OR REPLACE FUNCTION (pgsched\.\w+)\((.*?)\)\s*RETURNS", re.DOTALL)
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, quoted, current = [], 0, False, []
+    for char in text:
+        if char == "'":
+            quoted = not quoted
+        elif not quoted and char == "(":
+            depth += 1
+        elif not quoted and char == ")":
+            depth -= 1
+        elif not quoted and depth == 0 and char == ",":
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [p for p in (part.strip() for part in parts) if p]
+
+
+def identity(sql_text: str) -> str | None:
+    """'pgsched.name(type, type)' of the function a file defines: what DROP FUNCTION needs."""
+    found = _SIGNATURE.search(sql_text)
+    if found is None:
+        return None
+    params = re.sub(r"--[^\n]*", "", found.group(2))
+    types = []
+    for param in _split_top_level(params):
+        param = re.split(r"\s+DEFAULT\s+|\s*=\s*", param, maxsplit=1, flags=re.IGNORECASE)[0].split()
+        mode = param[0].upper() if param else ""
+        if mode == "OUT":
+            continue
+        if mode in ("IN", "INOUT", "VARIADIC"):
+            param = param[1:]
+        types.append(" ".join(param[1:]) if len(param) > 1 else " ".join(param))
+    return f"{found.group(1)}({', '.join(types)})"
+
+
+def _returns(sql_text: str) -> str:
+    found = re.search(r"\)\s*RETURNS\s+(.*?)\s+LANGUAGE", sql_text, re.DOTALL)
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def _previous_text(name: str) -> str | None:
+    """sql/NAME as of the commit that last wrote the manifest (the previous revision), or None."""
+    commit = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "--", str(MANIFEST.relative_to(ROOT))],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    shown = subprocess.run(["git", "show", f"{commit}:sql/{name}"], cwd=ROOT, capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def downgrade_text(number: str, message: str, changed: list[str]) -> str:
+    down = [f"-- {number} down: {message}", ""]
+    manual = []
+    for name in changed:
+        if not name.startswith("functions/"):
+            manual.append(name)
+            continue
+        new_id = identity((SQL / name).read_text())
+        old = _previous_text(name)
+        old_id = identity(old) if old else None
+        if new_id and (new_id != old_id or (old and _returns(old) != _returns((SQL / name).read_text()))):
+            down.append(f"DROP FUNCTION IF EXISTS {new_id};")
+        if old:
+            down += [f"-- {name} as of the previous revision", old, ""]
+    if manual:
+        down.insert(2, "-- hand-write the downgrade of: " + ", ".join(manual) + "\n")
+    return "\n".join(down) + "\n"
+
+
 def new_revision(message: str) -> None:
     old = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
     new = sql_hashes()
@@ -62,7 +139,7 @@ def new_revision(message: str) -> None:
         else:
             up += [f"-- {name} changed: hand-write the ALTER statements for it here.", ""]
     stem.with_suffix(".up.sql").write_text("\n".join(up))
-    stem.with_suffix(".down.sql").write_text(f"-- {number}: hand-write the downgrade of '{message}'.\n")
+    stem.with_suffix(".down.sql").write_text(downgrade_text(number, message, changed))
     stem.with_suffix(".py").write_text(
         (VERSIONS / "0001_initial.py")
         .read_text()
