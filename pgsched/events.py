@@ -17,6 +17,7 @@ import inspect
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -172,15 +173,26 @@ class EventFollower:
                     return
             if len(found) >= self._batch:
                 continue
-            woke = False
-            for _ in conn.notifies(timeout=retry, stop_after=1):
-                woke = True
-            if woke:
+            if self._wait(conn, retry):
                 for _ in conn.notifies(timeout=0.0):  # one read covers every notification waiting
                     pass
                 retry = 0.02
             else:
                 retry = min(self._poll, retry * 2)
+
+    def _wait(self, conn: psycopg.Connection[Any], timeout: float) -> bool:
+        """Wait for a NOTIFY up to timeout; True when one came. Short slices: stop is seen within 0.25 s."""
+        deadline = time.monotonic() + timeout
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            came = False
+            for _ in conn.notifies(timeout=min(0.25, left), stop_after=1):
+                came = True
+            if came:
+                return True
+        return False
 
 
 class EventHooks:
