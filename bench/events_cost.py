@@ -5,7 +5,9 @@ commits), in interleaved rounds: the schema before status events (``--before
 DIR``, a sql/ directory), this checkout with ``pgsched.config.events`` off,
 and with it on. Each round drains the same backlog with ``--clients``
 concurrent loops of ``SELECT ... FROM pgsched.claim(..., 100, ...)`` and one
-``pgsched.complete(ids, tokens)`` per batch.
+``pgsched.complete(ids, tokens)`` per batch; reports jobs/s (wall clock)
+and the CPU time the server's backends spent per job (from
+/proc/PID/schedstat), which a busy machine disturbs far less.
 
     .venv/bin/python -m bench.events_cost --before /path/to/old/sql
 """
@@ -35,7 +37,12 @@ def install(dsn: str, sql_dir: Path) -> None:
             conn.execute(script.encode())
 
 
-def round_(dsn: str, jobs: int, clients: int) -> float:
+def _cpu_ns(pid: int) -> int:
+    """Time the backend spent on a CPU (ns): steadier than wall time on a shared machine."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+def round_(dsn: str, jobs: int, clients: int) -> tuple[float, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[%s]), array_fill('{}'::jsonb, ARRAY[%s]))",
@@ -43,15 +50,19 @@ def round_(dsn: str, jobs: int, clients: int) -> float:
         )
         conn.execute("VACUUM ANALYZE pgsched.jobs")
     done = [0] * clients
+    cpu = [0] * clients
 
     def loop(i: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            pid = conn.info.backend_pid
+            start = _cpu_ns(pid)
             while True:
                 rows = conn.execute(
                     "SELECT id, lease_token FROM pgsched.claim(%s, ARRAY['default'], 100, interval '1 minute')",
                     (f"w{i}",),
                 ).fetchall()
                 if not rows:
+                    cpu[i] = _cpu_ns(pid) - start
                     return
                 conn.execute(
                     "SELECT count(*) FROM pgsched.complete(%s::bigint[], %s::bigint[])",
@@ -67,7 +78,7 @@ def round_(dsn: str, jobs: int, clients: int) -> float:
         t.join()
     elapsed = time.perf_counter() - started
     assert sum(done) == jobs, (sum(done), jobs)
-    return jobs / elapsed
+    return jobs / elapsed, sum(cpu) / jobs / 1000
 
 
 def main() -> None:
@@ -99,10 +110,13 @@ def main() -> None:
                     conn.execute(setup)
         for clients in opts.clients:
             rates: dict[str, list[float]] = {label: [] for label in variants}
+            cpus: dict[str, list[float]] = {label: [] for label in variants}
             round_(dsns[next(iter(variants))], opts.jobs // 4, clients)  # warm-up
             for _ in range(opts.rounds):
                 for label in variants:
-                    rates[label].append(round_(dsns[label], opts.jobs, clients))
+                    rate, cpu = round_(dsns[label], opts.jobs, clients)
+                    rates[label].append(rate)
+                    cpus[label].append(cpu)
             first = next(iter(variants))
             for label, found in rates.items():
                 # Rounds are interleaved, so a round's ratio compares runs made moments apart.
@@ -111,7 +125,9 @@ def main() -> None:
                     f"clients={clients} {label:>10}: {statistics.median(found):8.0f} jobs/s"
                     f" (median of {len(found)} rounds of {opts.jobs} jobs)"
                     f"  paired ratio to {first}: median {statistics.median(ratios):.3f}"
-                    f" [{min(ratios):.2f}..{max(ratios):.2f}]",
+                    f" [{min(ratios):.2f}..{max(ratios):.2f}];"
+                    f" server CPU {statistics.median(cpus[label]):.1f} us/job"
+                    f" ({statistics.median(cpus[label]) / statistics.median(cpus[first]):.3f}x)",
                     flush=True,
                 )
     finally:
