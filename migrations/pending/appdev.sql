@@ -1,5 +1,7 @@
 -- appdev: status events (NOTIFY pgsched_events) and the gap-free event stream.
 
+-- == Tables and indexes (00_schema.sql, 10_tables.sql, 20_indexes.sql): before the functions. ==
+
 -- pgsched.config.events turns the NOTIFY of terminal transitions on or off.
 ALTER TABLE pgsched.config ADD COLUMN events boolean NOT NULL DEFAULT true;
 
@@ -9,6 +11,8 @@ ALTER TABLE pgsched.config ADD COLUMN events boolean NOT NULL DEFAULT true;
 ALTER TABLE pgsched.job_history ADD COLUMN finished_xid xid8;
 ALTER TABLE pgsched.job_history ALTER COLUMN finished_xid SET DEFAULT pg_catalog.pg_current_xact_id();
 CREATE INDEX job_history_finished_xid_idx ON pgsched.job_history (finished_xid);
+
+-- == Grants (90_grants.sql): after the functions (read_events must exist). ==
 
 REVOKE EXECUTE ON FUNCTION pgsched.read_events FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
