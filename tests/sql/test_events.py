@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import secrets
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from tests.sql.helpers import Conn, cancel, claim, claim_one, complete, enqueue, fail, pair, refused
@@ -156,3 +158,50 @@ def test_read_events_carries_the_error_of_a_dead_job(conn: Conn) -> None:
 def test_read_events_refuses_a_negative_position(conn: Conn) -> None:
     with refused("22023"):
         read(conn, -1)
+
+
+# -- who reads the stream --------------------------------------------------
+
+
+@pytest.fixture
+def login_role(dsn: str, admin_dsn: str) -> Iterator[Callable[..., str]]:
+    """login_role('pgsched_enqueue', ...): the DSN of a new LOGIN role granted exactly those roles."""
+    created: list[str] = []
+
+    def make(*granted: str) -> str:
+        name, password = f"pgsched_test_{secrets.token_hex(6)}", secrets.token_hex(12)
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            owner.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(name), password))
+            created.append(name)
+            for role in granted:
+                owner.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(role), sql.Identifier(name)))
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        info.update(user=name, password=password)
+        return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+
+    yield make
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        for name in created:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [name])
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_the_stream_is_confined_to_the_tenant_of_a_scoped_role(conn: Conn, login_role: Callable[..., str]) -> None:
+    finished = {}
+    for tenant in ("A", "B"):
+        enqueue(conn, queue=f"q{tenant}", tenant=tenant)
+        job = claim_one(conn, queues=[f"q{tenant}"])
+        complete(conn, [pair(job)])
+        finished[tenant] = job["id"]
+    with psycopg.connect(login_role("pgsched_enqueue"), autocommit=True, row_factory=dict_row) as plain:
+        assert {r["id"] for r in read(plain)} == set(finished.values())
+    scoped_dsn = login_role("pgsched_enqueue", "pgsched_tenant_scoped")
+    with psycopg.connect(scoped_dsn, autocommit=True, row_factory=dict_row) as scoped:
+        assert read(scoped) == []  # no tenant set: nothing
+        scoped.execute("SET pgsched.tenant = 'A'")
+        assert [r["id"] for r in read(scoped)] == [finished["A"]]
+
+
+def test_a_role_without_pgsched_grants_cannot_read_the_stream(login_role: Callable[..., str]) -> None:
+    with psycopg.connect(login_role(), autocommit=True, row_factory=dict_row) as stranger, refused("42501"):
+        read(stranger)
