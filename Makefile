@@ -51,7 +51,12 @@ db-down: $(STAMP) ## Stop the embedded PostgreSQL
 migration: $(STAMP) ## Freeze sql/ changes into a new revision: make migration m="what changed"
 	$(BIN)/python migrations/new_revision.py "$(m)"
 
+dist: $(STAMP) ## Build the wheel users install into their projects: dist/pgsched-<version>-py3-none-any.whl
+	rm -rf dist
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
+
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install demo test test-unit chaos lint fmt bench db-up db-down migration clean
+.PHONY: help install demo test test-unit chaos lint fmt bench db-up db-down migration dist clean

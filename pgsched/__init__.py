@@ -9,10 +9,14 @@ from pgsched.errors import (
     GiveUp,
     InvalidJob,
     JobCancelled,
+    JobDead,
     JobError,
+    JobFailed,
     JobNotFound,
+    JobWasCancelled,
     LeaseLost,
     PgschedError,
+    ResultTimeout,
     Retry,
     SchemaError,
     Snooze,
@@ -20,6 +24,7 @@ from pgsched.errors import (
     TaskError,
     TaskNotRegistered,
 )
+from pgsched.handle import JobHandle, JobStatus
 from pgsched.job import ClaimedJob, JobContext, JobState, current_job
 from pgsched.task import JobSpec, Task
 
@@ -34,12 +39,18 @@ __all__ = [
     "InvalidJob",
     "JobCancelled",
     "JobContext",
+    "JobDead",
     "JobError",
+    "JobFailed",
+    "JobHandle",
     "JobNotFound",
     "JobSpec",
     "JobState",
+    "JobStatus",
+    "JobWasCancelled",
     "LeaseLost",
     "PgschedError",
+    "ResultTimeout",
     "Retry",
     "SchemaError",
     "Snooze",

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -16,7 +16,12 @@ from psycopg.types.json import Jsonb
 
 from pgsched import queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
+from pgsched.events import EventHooks, H
+from pgsched.handle import JobHandle
 from pgsched.task import JobSpec, Task
+
+if TYPE_CHECKING:
+    from pgsched.drain import DrainResult
 
 P = ParamSpec("P")
 _SCHEDULE_POLICIES = {
@@ -74,6 +79,7 @@ class App:
         self.schedules: dict[str, ScheduleSpec] = {}
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
+        self.event_hooks = EventHooks()
 
     # -- configuration ---------------------------------------------------
 
@@ -307,8 +313,8 @@ class App:
         max_attempts: int | None = None,
         labels: Sequence[str] = (),
         tenant: str | None = None,
-    ) -> int:
-        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id."""
+    ) -> JobHandle:
+        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle)."""
         registered = task if isinstance(task, Task) else self.tasks.get(task)
         name = task.name if isinstance(task, Task) else task
         spec = JobSpec(
@@ -325,7 +331,7 @@ class App:
         )
         return self.enqueue_spec(spec, conn=conn)
 
-    def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> int:
+    def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
         rows = self._run(
             conn,
@@ -343,9 +349,9 @@ class App:
                 spec.tenant,
             ),
         )
-        return int(rows[0][0])
+        return JobHandle(int(rows[0][0]), self)
 
-    def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[int]:
+    def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order."""
         specs = list(jobs)
         if not specs:
@@ -368,7 +374,11 @@ class App:
                 [s.tenant for s in specs],
             ),
         )
-        return [int(r[0]) for r in rows]
+        return [JobHandle(int(r[0]), self) for r in rows]
+
+    def job(self, job_id: int) -> JobHandle:
+        """A handle on an existing job by id: its status, and wait() for its result."""
+        return JobHandle(int(job_id), self)
 
     def cancel(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
         """Cancel a job: 'cancelled', 'cancel_requested', 'already_<state>' or 'not_found'."""
@@ -377,6 +387,58 @@ class App:
     def retry(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
         """Redrive a dead or cancelled job: 'retried', 'active', 'not_retryable' or 'not_found'."""
         return str(self._run(conn, queries.RETRY, (job_id,))[0][0])
+
+    # -- tests -----------------------------------------------------------
+
+    def drain(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        limit: int = 10_000,
+        raise_errors: bool = False,
+    ) -> DrainResult:
+        """Run every due job here, through the real claim/complete path, until none is due (pgsched.drain)."""
+        from pgsched.drain import drain
+
+        return drain(self, queues=queues, conn=conn, limit=limit, raise_errors=raise_errors)
+
+    # -- events ----------------------------------------------------------
+
+    def on_event(self, *states: str) -> Callable[[H], H]:
+        """Register a hook for status events: ``@app.on_event("completed")`` (no states: all three).
+
+        The hook gets a pgsched.events.Event. Hooks run where the event stream
+        is followed: ``pgsched events --follow --app MODULE:APP``, or
+        ``app.follow_events()`` in a process of your own (docs/events.md).
+        """
+        return self.event_hooks.register(*states)
+
+    def follow_events(
+        self,
+        *,
+        since: int | None = None,
+        stop: threading.Event | None = None,
+        poll_interval: float = 1.0,
+        on_position: Callable[[int], None] | None = None,
+    ) -> int:
+        """Run the registered hooks for every event from position ``since`` (default: now) until ``stop``.
+
+        Each event reaches the hooks once per follower, in stream order.
+        ``on_position`` is called with each event's position after its hooks
+        ran (persist it to resume); returns the last position.
+        """
+        from pgsched.events import EventFollower
+
+        follower = EventFollower(self.dsn, since=since, stop=stop, poll_interval=poll_interval)
+        try:
+            for event in follower:
+                self.event_hooks.run(event)
+                if on_position is not None and event.position is not None:
+                    on_position(event.position)
+        finally:
+            self.event_hooks.close()
+        return follower.position or 0
 
     # -- running ---------------------------------------------------------
 

@@ -12,7 +12,11 @@
     │   └── TaskAlreadyRegistered two handlers for one task name
     └── JobError
         ├── JobNotFound
-        └── LeaseLost             the lease moved on (expired, taken over); results are discarded
+        ├── LeaseLost             the lease moved on (expired, taken over); results are discarded
+        ├── JobFailed             JobHandle.wait(): the job ended without a result
+        │   ├── JobDead           dead: attempts used up, gave up, unknown task (.error says why)
+        │   └── JobWasCancelled   cancelled
+        └── ResultTimeout         JobHandle.wait(): not finished in time (also a TimeoutError)
 
 Handlers may raise these to steer their job:
 
@@ -80,6 +84,29 @@ class JobNotFound(JobError):
 
 class LeaseLost(JobError):
     """The job's lease was lost: its fencing token is no longer current."""
+
+
+class JobFailed(JobError):
+    """The job a caller waited for ended without a result (see JobHandle.wait)."""
+
+    def __init__(self, message: str, *, job_id: int, state: str, error: str | None, attempt: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+        self.attempt = attempt
+
+
+class JobDead(JobFailed):
+    """The job went dead: its attempts were used up, its handler gave up, or its task is unknown."""
+
+
+class JobWasCancelled(JobFailed):
+    """The job was cancelled."""
+
+
+class ResultTimeout(JobError, TimeoutError):
+    """The job did not finish within the time waited (it may still finish later)."""
 
 
 class JobCancelled(PgschedError):

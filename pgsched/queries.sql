@@ -63,3 +63,21 @@ SELECT pgsched.unregister_worker(%s);
 
 -- name: vacuum_candidates
 SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates(%s, %s);
+
+-- name: read_events
+SELECT pos, id, queue, task, state, attempt, finished_at, error FROM pgsched.read_events(%s, %s);
+
+-- The stream position just before every transaction still in flight.
+-- name: events_position
+SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint - 1;
+
+-- A job's active row, else its latest history row (a redriven job has several).
+-- name: job_status
+SELECT state, queue, task, attempt, max_attempts, result, error, finished_at FROM (
+    SELECT 0 AS rank, j.state::text AS state, j.queue, j.task, j.attempt, j.max_attempts, NULL::jsonb AS result,
+           j.last_error AS error, NULL::timestamptz AS finished_at
+    FROM pgsched.jobs j WHERE j.id = %s
+    UNION ALL
+    (SELECT 1, h.state::text, h.queue, h.task, h.attempt, h.max_attempts, h.result, h.error, h.finished_at
+     FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
+) s ORDER BY rank LIMIT 1;

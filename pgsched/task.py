@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from pgsched.app import App
+    from pgsched.handle import JobHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -145,8 +146,8 @@ class Task(Generic[P, R]):
             labels=self.labels,
         )
 
-    def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> int:
-        """Enqueue a run with these arguments; returns the job id.
+    def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> JobHandle:
+        """Enqueue a run with these arguments; returns the job id (a JobHandle: ``.wait()`` for the result).
 
         With ``conn``, the job is written in that connection's current
         transaction and rolls back with it. Without, it commits at once.
@@ -189,7 +190,7 @@ class BoundTask:
     def job(self, *args: Any, **kwargs: Any) -> JobSpec:
         return replace(self.task.job(*args, **kwargs), **self.options)
 
-    def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> int:
+    def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> JobHandle:
         return self.task.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
 
 

@@ -77,6 +77,9 @@ CREATE TABLE pgsched.job_history (
     result              jsonb,
     error               text,
     schedule            text,
+    -- The transaction that filed the row: the position of the event stream
+    -- (see pgsched.read_events and docs/events.md).
+    finished_xid        xid8              DEFAULT pg_catalog.pg_current_xact_id(),
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS

@@ -18,6 +18,9 @@ CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
 CREATE INDEX job_history_finished_at_idx ON pgsched.job_history USING brin (finished_at);
 CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
     WHERE state = 'dead';
+-- The event stream reads history in transaction order from a position
+-- (pgsched.read_events).
+CREATE INDEX job_history_finished_xid_idx ON pgsched.job_history (finished_xid);
 
 CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, seq);
 

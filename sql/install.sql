@@ -32,6 +32,7 @@
 \ir functions/pause_queue.sql
 \ir functions/pause_schedule.sql
 \ir functions/promote_due.sql
+\ir functions/read_events.sql
 \ir functions/register_tasks.sql
 \ir functions/register_worker.sql
 \ir functions/release.sql

@@ -10,7 +10,19 @@ import click
 
 from pgsched.cli.common import CliState, configure_logging
 
-COMMAND_MODULES = ("schema", "worker", "schedules", "jobs", "stats", "db", "demo", "bench", "dashboard", "doctor")
+COMMAND_MODULES = (
+    "schema",
+    "worker",
+    "schedules",
+    "jobs",
+    "stats",
+    "db",
+    "demo",
+    "bench",
+    "dashboard",
+    "doctor",
+    "events",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "PGSCHED"})

@@ -1,8 +1,10 @@
 -- _finish
 -- contract: records a job that was just deleted from pgsched.jobs (by the
 -- caller's own fenced DELETE, in the same transaction) as finished: a
--- history row in p_state, one audit event, and the idempotency key's
--- retention clock started. Callers do the check-and-write; this only files.
+-- history row in p_state, one audit event, the idempotency key's
+-- retention clock started, and the status event on pgsched_events (when
+-- pgsched.config.events is on; payload in docs/events.md, the same as
+-- complete()'s). Callers do the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
@@ -26,6 +28,11 @@ BEGIN
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at, p_job.started_at,
             p_now, p_result, p_error, p_job.schedule);
+    IF v_config.events THEN
+        PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
+            'id', p_job.id, 'queue', p_job.queue, 'task', p_job.task, 'state', p_state,
+            'attempt', p_job.attempt)::text);
+    END IF;
     IF v_config.audit THEN
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
         VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,

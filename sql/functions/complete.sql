@@ -4,7 +4,8 @@
 -- pgsched.job_history as 'completed' with its result, with one audit event.
 -- A stale token (the lease expired and the job was handed to someone else, or
 -- it already finished) changes nothing. Returns one row per input job saying
--- whether it was accepted. shards, when given, lets each lookup go straight
+-- whether it was accepted. Each accepted job sends its status event on
+-- pgsched_events when pgsched.config.events is on (docs/events.md). shards, when given, lets each lookup go straight
 -- to the job's partition.
 CREATE OR REPLACE FUNCTION pgsched.complete(
     job_ids bigint[],
@@ -56,9 +57,17 @@ BEGIN
         SET expires_at = v_now + v_config.idempotency_retention
         FROM done d
         WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
+    ), notified AS (
+        -- Same payload as _finish's. Volatile, so materialized: the count
+        -- below reads every row, and so sends every NOTIFY.
+        SELECT pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
+            'id', d.id, 'queue', d.queue, 'task', d.task, 'state', 'completed', 'attempt', d.attempt)::text)
+        FROM done d
+        WHERE v_config.events
     )
     SELECT u.id, d.id IS NOT NULL
     FROM input u
-    LEFT JOIN done d ON d.id = u.id;
+    LEFT JOIN done d ON d.id = u.id
+    CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) n;
 END
 $$;

@@ -34,6 +34,7 @@ EMBEDDED_NOTE = "even when --dsn, PGSCHED_DSN or DATABASE_URL point elsewhere"
         (["schedules", "preview"], ["--count", "DST", "--json"]),
         (["migrate"], ["--shards", "--json"]),
         (["worker"], ["--app", "--concurrency", "--burst", "--shutdown-timeout", "SIGTERM"]),
+        (["events"], ["--follow", "--since", "--position-file", "--app", "gap-free", "--json"]),
     ],
     ids=" ".join,
 )

@@ -1,0 +1,107 @@
+"""The README's "From Python" section runs as written: its files are written out and run against a real database
+with the worker command it gives."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+from tests.e2e.clirun import ROOT, command, environment
+
+README = ROOT / "README.md"
+
+
+def section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def python_files(text: str) -> dict[str, str]:
+    """Each ```python block, keyed by the path its first line names (``# path/to/file.py``)."""
+    files = {}
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL):
+        first = block.splitlines()[0]
+        assert re.fullmatch(r"# \S+\.py", first), f"a README block does not name its file: {first}"
+        files[first[2:].strip()] = block
+    return files
+
+
+def test_the_from_python_section_runs_as_written(dsn: str, tmp_path: Path) -> None:
+    text = section("From Python")
+    files = python_files(text)
+    assert set(files) == {"myapp/tasks.py", "signup.py"}
+    for name, body in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(body)
+    assert "empty\n`myapp/__init__.py`" in text
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (worker_line,) = re.findall(r"`(pgsched worker [^`]+)`", text)
+    worker_args = shlex.split(worker_line)[1:]
+
+    env = environment({"PGSCHED_DSN": dsn, "PYTHONPATH": str(tmp_path)})
+    worker = subprocess.Popen(
+        [*command(), *worker_args, "--poll-interval", "0.2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        signup = subprocess.run(
+            [sys.executable, "signup.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert signup.returncode == 0, signup.stdout + signup.stderr
+        assert signup.stdout.strip() == "{'rows': 10}"
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while True:
+                welcomed = conn.execute(
+                    "SELECT args->>'user_id' FROM pgsched.job_history"
+                    " WHERE task = 'myapp.tasks.send_welcome' AND state = 'completed' ORDER BY 1"
+                ).fetchall()
+                if len(welcomed) == 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert [r[0] for r in welcomed] == ["42", "7", "8", "9"]
+            nudge = conn.execute(
+                "SELECT state, run_at > now() + interval '2 days' FROM pgsched.jobs WHERE idempotency_key = 'nudge:42'"
+            ).fetchone()
+            assert nudge == ("scheduled", True)
+            schedule = conn.execute("SELECT cron, timezone FROM pgsched.schedules").fetchall()
+            assert schedule == [("0 2 * * *", "Europe/Berlin")]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
+    assert "welcome, user 42" in out
+
+
+def test_make_dist_builds_the_wheel_the_readme_installs(tmp_path: Path) -> None:
+    assert "`make dist`" in section("From Python")
+    built = subprocess.run(
+        ["make", "dist", f"BIN={Path(sys.executable).parent}", "STAMP=pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (ROOT / "dist").glob("pgsched-*-py3-none-any.whl")
+    assert wheel.name in section("From Python")
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"pgsched/_sql/install.sql", "pgsched/_migrations/env.py", "pgsched/testing.py"} <= names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "pgsched = pgsched.testing" in entry_points
