@@ -1,0 +1,117 @@
+-- 0003 down: status events, job handles, test mode
+
+DROP INDEX IF EXISTS pgsched.job_history_finished_xid_idx;
+ALTER TABLE pgsched.job_history DROP COLUMN IF EXISTS finished_xid;
+ALTER TABLE pgsched.config DROP COLUMN IF EXISTS events;
+
+-- functions/_finish.sql as of the previous revision
+-- _finish
+-- contract: records a job that was just deleted from pgsched.jobs (by the
+-- caller's own fenced DELETE, in the same transaction) as finished: a
+-- history row in p_state, one audit event, and the idempotency key's
+-- retention clock started. Callers do the check-and-write; this only files.
+CREATE OR REPLACE FUNCTION pgsched._finish(
+    p_job    pgsched.jobs,
+    p_state  pgsched.job_state,
+    p_now    timestamptz,
+    p_error  text  DEFAULT NULL,
+    p_result jsonb DEFAULT NULL,
+    p_detail jsonb DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    INSERT INTO pgsched.job_history
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+    VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
+            p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
+            p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at, p_job.started_at,
+            p_now, p_result, p_error, p_job.schedule);
+    IF v_config.audit THEN
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
+                coalesce(p_detail, CASE WHEN p_error IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object('error', p_error) END));
+    END IF;
+    IF p_job.idempotency_key IS NOT NULL THEN
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = p_now + v_config.idempotency_retention
+        WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
+    END IF;
+END
+$$;
+
+
+-- functions/complete.sql as of the previous revision
+-- complete
+-- contract: finishes the jobs whose fencing token is still current, in one
+-- statement: each accepted job leaves pgsched.jobs and enters
+-- pgsched.job_history as 'completed' with its result, with one audit event.
+-- A stale token (the lease expired and the job was handed to someone else, or
+-- it already finished) changes nothing. Returns one row per input job saying
+-- whether it was accepted. shards, when given, lets each lookup go straight
+-- to the job's partition.
+CREATE OR REPLACE FUNCTION pgsched.complete(
+    job_ids bigint[],
+    tokens  bigint[],
+    results jsonb[]     DEFAULT NULL,
+    shards  smallint[]  DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, accepted boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result, u.shard
+        FROM unnest(complete.job_ids, complete.tokens, complete.results, complete.shards)
+             AS u(id, token, result, shard)
+        WHERE u.id IS NOT NULL
+    ), done AS (
+        -- Checks the token and the state in the statement that writes. The
+        -- state filter lets the planner read only running rows (a partial
+        -- index), however large the backlog.
+        DELETE FROM pgsched.jobs j
+        USING input u
+        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+          AND (u.shard IS NULL OR j.shard = u.shard)
+        RETURNING j.*, u.result
+    ), history AS (
+        INSERT INTO pgsched.job_history
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+        SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
+               d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
+               d.created_at, d.started_at, v_now, d.result, NULL, d.schedule
+        FROM done d
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+        SELECT d.id, v_now, 'completed', d.attempt, d.leased_by, d.lease_token
+        FROM done d
+        WHERE v_config.audit
+    ), keys AS (
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = v_now + v_config.idempotency_retention
+        FROM done d
+        WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
+    )
+    SELECT u.id, d.id IS NOT NULL
+    FROM input u
+    LEFT JOIN done d ON d.id = u.id;
+END
+$$;
+
+
+DROP FUNCTION IF EXISTS pgsched.read_events(bigint, integer);
