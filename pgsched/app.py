@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import select
 import threading
@@ -305,22 +306,28 @@ class App:
         priority: int | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
-        labels: Sequence[str] = (),
+        labels: Sequence[str] | None = None,
         tenant: str | None = None,
     ) -> int:
-        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id."""
+        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id.
+
+        Options left None take the registered task's values, else the database's defaults.
+        """
         registered = task if isinstance(task, Task) else self.tasks.get(task)
         name = task.name if isinstance(task, Task) else task
+        # Only None means "the task's default": 0, "" and () are values (and may be refused).
         spec = JobSpec(
             task=name,
-            args=args or {},
-            queue=queue or (registered.queue if registered else None),
+            args=args if args is not None else {},
+            queue=queue if queue is not None else (registered.queue if registered else None),
             run_at=run_at,
             delay=delay,
             priority=priority if priority is not None else (registered.priority if registered else None),
             idempotency_key=idempotency_key,
-            max_attempts=max_attempts or (registered.max_attempts if registered else None),
-            labels=labels or (registered.labels if registered else ()),
+            max_attempts=max_attempts
+            if max_attempts is not None
+            else (registered.max_attempts if registered else None),
+            labels=labels if labels is not None else (registered.labels if registered else ()),
             tenant=tenant,
         )
         return self.enqueue_spec(spec, conn=conn)
@@ -333,10 +340,10 @@ class App:
             (
                 spec.task,
                 Jsonb(spec.args, dumps=lambda _: spec.args_json()),
-                spec.queue or "default",
+                spec.queue,
                 spec.run_at,
                 spec.delay,
-                spec.priority or 0,
+                spec.priority,
                 spec.idempotency_key,
                 spec.max_attempts,
                 list(spec.labels),
@@ -346,26 +353,31 @@ class App:
         return int(rows[0][0])
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[int]:
-        """Enqueue many jobs in one statement and one round trip; returns their ids in order."""
+        """Enqueue many jobs in one statement and one round trip; returns their ids in order.
+
+        All or nothing: with ``conn`` the jobs are written in its current
+        transaction, else in one transaction of their own; a refused job
+        (InvalidJob, naming its 1-based position in the batch, its column and
+        its value) leaves none of them behind.
+        """
         specs = list(jobs)
         if not specs:
             return []
-        if any(spec.labels for spec in specs):
-            # Labels are per job arrays; the batch function takes flat arrays.
-            return [self.enqueue_spec(spec, conn=conn) for spec in specs]
+        labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
         rows = self._run(
             conn,
             queries.ENQUEUE_MANY,
             (
                 [s.task for s in specs],
                 "[" + ",".join(s.args_json() for s in specs) + "]",
-                [s.queue or "default" for s in specs],
+                [s.queue for s in specs],
                 [s.run_at for s in specs],
                 [s.delay for s in specs],
-                [s.priority or 0 for s in specs],
+                [s.priority for s in specs],
                 [s.idempotency_key for s in specs],
                 [s.max_attempts for s in specs],
                 [s.tenant for s in specs],
+                labels,
             ),
         )
         return [int(r[0]) for r in rows]

@@ -36,7 +36,7 @@ CREATE TABLE pgsched.jobs (
     CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
     CONSTRAINT jobs_run_at_finite CHECK (pg_catalog.isfinite(run_at)),
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -1000000 AND 1000000),
-    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.length(idempotency_key) BETWEEN 1 AND 512),
+    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.octet_length(idempotency_key) BETWEEN 1 AND 1000),
     -- Active states only, and a lease exactly while running. One CASE, not
     -- several constraints: every single-row INSERT prepares each constraint
     -- anew, so their number shows up in enqueue latency. (Labels without
