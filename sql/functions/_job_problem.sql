@@ -14,9 +14,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
 SELECT CASE
     WHEN p_task IS NULL THEN 'jobs_task_not_null'
-    WHEN p_task !~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$' THEN 'jobs_task_valid'
+    WHEN p_task !~ '^[A-Za-z_][A-Za-z0-9_.:-]*$' OR pg_catalog.length(p_task) > 200 THEN 'jobs_task_valid'
     WHEN p_queue IS NULL THEN 'jobs_queue_not_null'
-    WHEN p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$' THEN 'jobs_queue_valid'
+    WHEN p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' OR pg_catalog.length(p_queue) > 63 THEN 'jobs_queue_valid'
     WHEN p_args IS NULL THEN 'jobs_args_not_null'
     WHEN pg_catalog.jsonb_typeof(p_args) <> 'object' THEN 'jobs_args_is_object'
     WHEN p_priority IS NULL THEN 'jobs_priority_not_null'
