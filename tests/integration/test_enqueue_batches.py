@@ -118,7 +118,7 @@ def test_max_attempts_zero_is_refused_not_the_default(app: App, conn: Conn) -> N
         lambda: task.using(max_attempts=0).enqueue(1),
         lambda: app.enqueue_many([JobSpec(task="attempts.task", max_attempts=0)]),
     ):
-        with pytest.raises(ValueError, match="max_attempts .* at least 1"):
+        with pytest.raises(ValueError, match=r"max_attempts .* at least 1"):
             call()
     assert count(conn) == 0
 
@@ -145,7 +145,7 @@ def test_zero_and_empty_options_are_values_not_defaults(app: App, conn: Conn) ->
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
-        ({"priority": 99999999999}, ValueError, "priority .* between -1000000 and 1000000"),
+        ({"priority": 99999999999}, ValueError, r"priority .* between -1000000 and 1000000"),
         ({"priority": True}, TypeError, "priority"),
         ({"max_attempts": 2.5}, TypeError, "max_attempts"),
         ({"labels": "gpu"}, ValueError, "labels"),

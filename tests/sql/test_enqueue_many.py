@@ -187,7 +187,7 @@ def test_every_batch_error_names_the_row_and_the_value(
 def test_a_null_task_names_its_row(conn: Conn) -> None:
     with refused("23502") as info:
         enqueue_many(conn, ["t", "t", None])
-    assert "row 3 of the batch: column "task" may not be NULL" in str(info.value)
+    assert 'row 3 of the batch: column "task" may not be NULL' in str(info.value)
 
 
 def test_labels_are_set_per_job(conn: Conn) -> None:
