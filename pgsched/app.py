@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import select
@@ -75,6 +76,10 @@ class App:
         self.schedules: dict[str, ScheduleSpec] = {}
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
+        # The async calls' own connection, bound to the event loop that opened it.
+        self._aconn: psycopg.AsyncConnection[Any] | None = None
+        self._aconn_loop: asyncio.AbstractEventLoop | None = None
+        self._alock: asyncio.Lock | None = None
 
     # -- configuration ---------------------------------------------------
 
@@ -285,12 +290,38 @@ class App:
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 
+    async def _arun(self, conn: psycopg.AsyncConnection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
+        try:
+            if conn is not None:
+                return await _afetch(conn, query, params)
+            loop = asyncio.get_running_loop()
+            if self._alock is None or self._aconn_loop is not loop:
+                # A connection belongs to the loop that opened it: a new loop opens its own.
+                self._drop_async()
+                self._alock = asyncio.Lock()
+                self._aconn_loop = loop
+            async with self._alock:
+                if self._aconn is None or self._aconn.closed or self._aconn.broken:
+                    # As in _run: reconnect before sending, never resend after a lost reply.
+                    self._drop_async()
+                    self._aconn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                return await _afetch(self._aconn, query, params)
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    def _drop_async(self) -> None:
+        if self._aconn is not None:
+            if not self._aconn.closed:
+                self._aconn.pgconn.finish()  # no await needed: closes the socket
+            self._aconn = None
+
     def close(self) -> None:
-        """Close the app's own connection (enqueues without conn= reopen it)."""
+        """Close the app's own connections (enqueues without conn= reopen them)."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._drop_async()
 
     # -- producing -------------------------------------------------------
 
@@ -334,23 +365,11 @@ class App:
 
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> int:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
-        rows = self._run(
-            conn,
-            queries.ENQUEUE,
-            (
-                spec.task,
-                Jsonb(spec.args, dumps=lambda _: spec.args_json()),
-                spec.queue,
-                spec.run_at,
-                spec.delay,
-                spec.priority,
-                spec.idempotency_key,
-                spec.max_attempts,
-                list(spec.labels),
-                spec.tenant,
-            ),
-        )
-        return int(rows[0][0])
+        return int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0])
+
+    async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> int:
+        """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
+        return int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0])
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[int]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order.
@@ -363,32 +382,32 @@ class App:
         specs = list(jobs)
         if not specs:
             return []
-        labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
-        rows = self._run(
-            conn,
-            queries.ENQUEUE_MANY,
-            (
-                [s.task for s in specs],
-                "[" + ",".join(s.args_json() for s in specs) + "]",
-                [s.queue for s in specs],
-                [s.run_at for s in specs],
-                [s.delay for s in specs],
-                [s.priority for s in specs],
-                [s.idempotency_key for s in specs],
-                [s.max_attempts for s in specs],
-                [s.tenant for s in specs],
-                labels,
-            ),
-        )
-        return [int(r[0]) for r in rows]
+        return [int(r[0]) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
+
+    async def enqueue_many_async(
+        self, jobs: Iterable[JobSpec], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[int]:
+        """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
+        specs = list(jobs)
+        if not specs:
+            return []
+        return [int(r[0]) for r in await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
 
     def cancel(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
         """Cancel a job: 'cancelled', 'cancel_requested', 'already_<state>' or 'not_found'."""
         return str(self._run(conn, queries.CANCEL, (job_id,))[0][0])
 
+    async def cancel_async(self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+        """cancel() for asyncio: with ``conn`` in its current transaction (rolled back with it)."""
+        return str((await self._arun(conn, queries.CANCEL, (job_id,)))[0][0])
+
     def retry(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
         """Redrive a dead or cancelled job: 'retried', 'active', 'not_retryable' or 'not_found'."""
         return str(self._run(conn, queries.RETRY, (job_id,))[0][0])
+
+    async def retry_async(self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+        """retry() for asyncio."""
+        return str((await self._arun(conn, queries.RETRY, (job_id,)))[0][0])
 
     # -- running ---------------------------------------------------------
 
@@ -414,6 +433,45 @@ def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> 
     # Tuples whatever row factory the caller's connection uses.
     with conn.cursor(row_factory=tuple_row) as cur:
         return cur.execute(query, params).fetchall()
+
+
+async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(f"the async calls take a psycopg.AsyncConnection, not {type(conn).__name__}")
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
+    return (
+        spec.task,
+        Jsonb(spec.args, dumps=lambda _: spec.args_json()),
+        spec.queue,
+        spec.run_at,
+        spec.delay,
+        spec.priority,
+        spec.idempotency_key,
+        spec.max_attempts,
+        list(spec.labels),
+        spec.tenant,
+    )
+
+
+def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
+    labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
+    return (
+        [s.task for s in specs],
+        "[" + ",".join(s.args_json() for s in specs) + "]",
+        [s.queue for s in specs],
+        [s.run_at for s in specs],
+        [s.delay for s in specs],
+        [s.priority for s in specs],
+        [s.idempotency_key for s in specs],
+        [s.max_attempts for s in specs],
+        [s.tenant for s in specs],
+        labels,
+    )
 
 
 __all__ = ["App", "PgschedError", "ScheduleSpec"]

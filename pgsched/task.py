@@ -181,6 +181,11 @@ class Task(Generic[P, R]):
         """
         return self.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
 
+    async def enqueue_async(self, *args: Any, conn: psycopg.AsyncConnection[Any] | None = None, **kwargs: Any) -> int:
+        """enqueue() for asyncio: with ``conn`` (a psycopg AsyncConnection), in its current
+        transaction and rolled back with it; without, on the app's own async connection."""
+        return await self.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
+
     def using(self, **options: Any) -> BoundTask:
         """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant."""
         unknown = set(options) - _OPTION_NAMES
@@ -219,6 +224,9 @@ class BoundTask:
 
     def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> int:
         return self.task.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
+
+    async def enqueue_async(self, *args: Any, conn: psycopg.AsyncConnection[Any] | None = None, **kwargs: Any) -> int:
+        return await self.task.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
 
 
 def _context_parameter(sig: inspect.Signature) -> str | None:
