@@ -147,6 +147,7 @@ def new_revision(message: str) -> None:
         .replace("initial schema: sharded jobs, history, audit events, fenced functions, roles", message)
         .replace("Revision ID: 0001", f"Revision ID: {number}")
         .replace("Revises:", f"Revises: {previous}")
+        .replace("from alembic import context, op", "from alembic import op")
         + f'revision = "{number}"\ndown_revision = {previous!r}\nbranch_labels = None\ndepends_on = None\n\n'
         'HERE = Path(__file__).with_suffix("")\n\n\n'
         "def upgrade() -> None:\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import select
 import threading
@@ -80,6 +82,10 @@ class App:
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self.event_hooks = EventHooks()
+        # The async calls' own connection, bound to the event loop that opened it.
+        self._aconn: psycopg.AsyncConnection[Any] | None = None
+        self._aconn_loop: asyncio.AbstractEventLoop | None = None
+        self._alock: asyncio.Lock | None = None
 
     # -- configuration ---------------------------------------------------
 
@@ -290,12 +296,38 @@ class App:
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 
+    async def _arun(self, conn: psycopg.AsyncConnection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
+        try:
+            if conn is not None:
+                return await _afetch(conn, query, params)
+            loop = asyncio.get_running_loop()
+            if self._alock is None or self._aconn_loop is not loop:
+                # A connection belongs to the loop that opened it: a new loop opens its own.
+                self._drop_async()
+                self._alock = asyncio.Lock()
+                self._aconn_loop = loop
+            async with self._alock:
+                if self._aconn is None or self._aconn.closed or self._aconn.broken:
+                    # As in _run: reconnect before sending, never resend after a lost reply.
+                    self._drop_async()
+                    self._aconn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                return await _afetch(self._aconn, query, params)
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    def _drop_async(self) -> None:
+        if self._aconn is not None:
+            if not self._aconn.closed:
+                self._aconn.pgconn.finish()  # no await needed: closes the socket
+            self._aconn = None
+
     def close(self) -> None:
-        """Close the app's own connection (enqueues without conn= reopen it)."""
+        """Close the app's own connections (enqueues without conn= reopen them)."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._drop_async()
 
     # -- producing -------------------------------------------------------
 
@@ -311,69 +343,61 @@ class App:
         priority: int | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
-        labels: Sequence[str] = (),
+        labels: Sequence[str] | None = None,
         tenant: str | None = None,
     ) -> JobHandle:
-        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle)."""
+        """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
+
+        Options left None take the registered task's values, else the database's defaults.
+        """
         registered = task if isinstance(task, Task) else self.tasks.get(task)
         name = task.name if isinstance(task, Task) else task
+        # Only None means "the task's default": 0, "" and () are values (and may be refused).
         spec = JobSpec(
             task=name,
-            args=args or {},
-            queue=queue or (registered.queue if registered else None),
+            args=args if args is not None else {},
+            queue=queue if queue is not None else (registered.queue if registered else None),
             run_at=run_at,
             delay=delay,
             priority=priority if priority is not None else (registered.priority if registered else None),
             idempotency_key=idempotency_key,
-            max_attempts=max_attempts or (registered.max_attempts if registered else None),
-            labels=labels or (registered.labels if registered else ()),
+            max_attempts=max_attempts
+            if max_attempts is not None
+            else (registered.max_attempts if registered else None),
+            labels=labels if labels is not None else (registered.labels if registered else ()),
             tenant=tenant,
         )
         return self.enqueue_spec(spec, conn=conn)
 
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
-        rows = self._run(
-            conn,
-            queries.ENQUEUE,
-            (
-                spec.task,
-                Jsonb(spec.args, dumps=lambda _: spec.args_json()),
-                spec.queue or "default",
-                spec.run_at,
-                spec.delay,
-                spec.priority or 0,
-                spec.idempotency_key,
-                spec.max_attempts,
-                list(spec.labels),
-                spec.tenant,
-            ),
-        )
-        return JobHandle(int(rows[0][0]), self)
+        return JobHandle(int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0]), self)
+
+    async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
+        """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
+        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
-        """Enqueue many jobs in one statement and one round trip; returns their ids in order."""
+        """Enqueue many jobs in one statement and one round trip; returns their ids in order.
+
+        All or nothing: with ``conn`` the jobs are written in its current
+        transaction, else in one transaction of their own; a refused job
+        (InvalidJob, naming its 1-based position in the batch, its column and
+        its value) leaves none of them behind.
+        """
         specs = list(jobs)
         if not specs:
             return []
-        if any(spec.labels for spec in specs):
-            # Labels are per job arrays; the batch function takes flat arrays.
-            return [self.enqueue_spec(spec, conn=conn) for spec in specs]
-        rows = self._run(
-            conn,
-            queries.ENQUEUE_MANY,
-            (
-                [s.task for s in specs],
-                "[" + ",".join(s.args_json() for s in specs) + "]",
-                [s.queue or "default" for s in specs],
-                [s.run_at for s in specs],
-                [s.delay for s in specs],
-                [s.priority or 0 for s in specs],
-                [s.idempotency_key for s in specs],
-                [s.max_attempts for s in specs],
-                [s.tenant for s in specs],
-            ),
-        )
+        return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
+
+    async def enqueue_many_async(
+        self, jobs: Iterable[JobSpec], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[JobHandle]:
+        """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
+        specs = list(jobs)
+        if not specs:
+            return []
+        rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))
         return [JobHandle(int(r[0]), self) for r in rows]
 
     def job(self, job_id: int) -> JobHandle:
@@ -384,9 +408,17 @@ class App:
         """Cancel a job: 'cancelled', 'cancel_requested', 'already_<state>' or 'not_found'."""
         return str(self._run(conn, queries.CANCEL, (job_id,))[0][0])
 
+    async def cancel_async(self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+        """cancel() for asyncio: with ``conn`` in its current transaction (rolled back with it)."""
+        return str((await self._arun(conn, queries.CANCEL, (job_id,)))[0][0])
+
     def retry(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> str:
         """Redrive a dead or cancelled job: 'retried', 'active', 'not_retryable' or 'not_found'."""
         return str(self._run(conn, queries.RETRY, (job_id,))[0][0])
+
+    async def retry_async(self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+        """retry() for asyncio."""
+        return str((await self._arun(conn, queries.RETRY, (job_id,)))[0][0])
 
     # -- tests -----------------------------------------------------------
 
@@ -464,6 +496,45 @@ def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> 
     # Tuples whatever row factory the caller's connection uses.
     with conn.cursor(row_factory=tuple_row) as cur:
         return cur.execute(query, params).fetchall()
+
+
+async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(f"the async calls take a psycopg.AsyncConnection, not {type(conn).__name__}")
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
+    return (
+        spec.task,
+        Jsonb(spec.args, dumps=lambda _: spec.args_json()),
+        spec.queue,
+        spec.run_at,
+        spec.delay,
+        spec.priority,
+        spec.idempotency_key,
+        spec.max_attempts,
+        list(spec.labels),
+        spec.tenant,
+    )
+
+
+def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
+    labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
+    return (
+        [s.task for s in specs],
+        "[" + ",".join(s.args_json() for s in specs) + "]",
+        [s.queue for s in specs],
+        [s.run_at for s in specs],
+        [s.delay for s in specs],
+        [s.priority for s in specs],
+        [s.idempotency_key for s in specs],
+        [s.max_attempts for s in specs],
+        [s.tenant for s in specs],
+        labels,
+    )
 
 
 __all__ = ["App", "PgschedError", "ScheduleSpec"]

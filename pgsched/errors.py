@@ -5,7 +5,8 @@
     PgschedError
     ├── ConfigurationError        bad settings, no DSN and no embedded server, unknown app
     ├── DatabaseError             the database refused or could not be reached
-    │   ├── InvalidJob            a job was refused: the message names the constraint
+    │   ├── InvalidJob            a job was refused: the message names the value, column and rule
+    │   │   └── IdempotencyConflict  a repeated idempotency key with another task or other args (PS422)
     │   └── SchemaError           pgsched is not installed, or not at the expected version
     ├── TaskError
     │   ├── TaskNotRegistered     no handler registered under that task name
@@ -48,14 +49,26 @@ class DatabaseError(PgschedError):
 
     sqlstate: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, constraint: str | None = None, sqlstate: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        constraint: str | None = None,
+        sqlstate: str | None = None,
+        column: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.constraint = constraint
         self.code = sqlstate
+        self.column = column
 
 
 class InvalidJob(DatabaseError):
-    """A job was refused by a named constraint; nothing was enqueued."""
+    """A job was refused by a named rule; nothing was enqueued (in a batch: nothing of the batch)."""
+
+
+class IdempotencyConflict(InvalidJob):
+    """The idempotency key is held by a job of another task or with other args (SQLSTATE PS422)."""
 
 
 class SchemaError(DatabaseError):
@@ -136,6 +149,22 @@ class GiveUp(Exception):
 
 # SQLSTATE classes that mean "this input was refused".
 _INVALID_INPUT = {"23514", "23502", "22P02", "22023", "22007", "22008", "22003", "42501"}
+IDEMPOTENCY_CONFLICT = "PS422"
+
+# What each rule of pgsched.jobs asks, for errors PostgreSQL itself raised
+# (they name a partition, "jobs_s2", and not the value). pgsched's functions
+# and its insert trigger check first and name the value themselves.
+_JOB_RULES = {
+    "jobs_task_valid": "task must be 1 to 200 of A-Z a-z 0-9 _ . : -, starting with a letter or _",
+    "jobs_queue_valid": "queue must be 1 to 63 of A-Z a-z 0-9 _ . : -, not starting with . : -",
+    "jobs_args_is_object": "args must be a JSON object",
+    "jobs_max_attempts_positive": "max_attempts must be at least 1",
+    "jobs_run_at_finite": "run_at must be a finite time",
+    "jobs_priority_range": "priority must be between -1000000 and 1000000",
+    "jobs_idempotency_key_length": "idempotency_key must be 1 to 1000 bytes",
+    "jobs_tenant_length": "tenant must be 1 to 200 characters",
+    "jobs_state_valid": "a job is scheduled, available, or running with a lease",
+}
 
 
 def from_psycopg(exc: psycopg.Error) -> PgschedError:
@@ -153,6 +182,11 @@ def from_psycopg(exc: psycopg.Error) -> PgschedError:
             f"{message}. Is pgsched installed here? Run `pgsched migrate`.",
             sqlstate=state,
         )
+    constraint, column = diag.constraint_name, diag.column_name
+    if state == IDEMPOTENCY_CONFLICT:
+        return IdempotencyConflict(message, constraint=constraint, sqlstate=state, column=column)
     if state in _INVALID_INPUT:
-        return InvalidJob(message, constraint=diag.constraint_name, sqlstate=state)
-    return DatabaseError(message, constraint=diag.constraint_name, sqlstate=state)
+        if not message.startswith("pgsched:") and constraint in _JOB_RULES:
+            message = f"pgsched: job refused by {constraint}: {_JOB_RULES[constraint]}"
+        return InvalidJob(message, constraint=constraint, sqlstate=state, column=column)
+    return DatabaseError(message, constraint=constraint, sqlstate=state, column=column)

@@ -2,18 +2,24 @@
 -- Each block starts with `-- name: <name>`; queries.py loads them once.
 
 -- name: enqueue
-SELECT pgsched.enqueue(%s, %s, %s, coalesce(%s::timestamptz, now() + %s::interval), %s, %s, %s, %s, %s);
+-- Every parameter is cast to the type of the function's: a value out of range
+-- is then refused as such, never as "function does not exist".
+SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
+                       %s::text, %s::integer, %s::text[], %s::text);
 
 -- name: enqueue_many
--- The args travel as one JSON array (one document to encode, not one per job).
--- Delays are added to the database's clock.
+-- The args travel as one JSON array (one document to encode, not one per job),
+-- and so do the labels, an array per job (NULL when no job has any). Delays
+-- are added to the database's clock.
 SELECT job_id FROM pgsched.enqueue_many(
     %s::text[],
     ARRAY(SELECT pg_catalog.jsonb_array_elements(%s::jsonb)),
     %s::text[],
     ARRAY(SELECT coalesce(u.r, now() + u.d)
           FROM unnest(%s::timestamptz[], %s::interval[]) WITH ORDINALITY AS u(r, d, n) ORDER BY u.n),
-    %s::integer[], %s::text[], %s::integer[], %s::text[]);
+    %s::integer[], %s::text[], %s::integer[], %s::text[],
+    (SELECT pg_catalog.array_agg(l.e ORDER BY l.n)
+     FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)));
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,

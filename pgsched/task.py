@@ -20,12 +20,18 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# The range of pgsched.jobs.priority (CHECK jobs_priority_range).
+PRIORITY_MIN = -1_000_000
+PRIORITY_MAX = 1_000_000
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """A job to enqueue: task name, JSON args and options (None means the task's or the database's default).
 
     ``delay`` is added to the database's clock at enqueue; ``run_at`` wins when both are set.
+    Only None means a default: ``priority=0`` and ``delay=timedelta(0)`` are values like any
+    other, and ``max_attempts`` below 1 is refused (ValueError) instead of becoming the default.
     """
 
     task: str
@@ -38,6 +44,28 @@ class JobSpec:
     max_attempts: int | None = None
     labels: Sequence[str] = ()
     tenant: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("priority", "max_attempts"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name} of a {self.task!r} job must be an int or None, not {value!r}")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError(
+                f"max_attempts of a {self.task!r} job must be at least 1, not {self.max_attempts}"
+                " (None means the task's, else the install's default)"
+            )
+        if self.priority is not None and not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
+            raise ValueError(
+                f"priority of a {self.task!r} job must be between {PRIORITY_MIN} and {PRIORITY_MAX},"
+                f" not {self.priority}"
+            )
+        if self.delay is not None and not isinstance(self.delay, timedelta):
+            raise TypeError(f"delay of a {self.task!r} job must be a timedelta, not {self.delay!r}")
+        if isinstance(self.labels, str) or not all(isinstance(label, str) and label for label in self.labels):
+            raise ValueError(
+                f"labels of a {self.task!r} job must be a sequence of non-empty strings, not {self.labels!r}"
+            )
 
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""
@@ -154,6 +182,13 @@ class Task(Generic[P, R]):
         """
         return self.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
 
+    async def enqueue_async(
+        self, *args: Any, conn: psycopg.AsyncConnection[Any] | None = None, **kwargs: Any
+    ) -> JobHandle:
+        """enqueue() for asyncio: with ``conn`` (a psycopg AsyncConnection), in its current
+        transaction and rolled back with it; without, on the app's own async connection."""
+        return await self.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
+
     def using(self, **options: Any) -> BoundTask:
         """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant."""
         unknown = set(options) - _OPTION_NAMES
@@ -192,6 +227,11 @@ class BoundTask:
 
     def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> JobHandle:
         return self.task.app.enqueue_spec(self.job(*args, **kwargs), conn=conn)
+
+    async def enqueue_async(
+        self, *args: Any, conn: psycopg.AsyncConnection[Any] | None = None, **kwargs: Any
+    ) -> JobHandle:
+        return await self.task.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
 
 
 def _context_parameter(sig: inspect.Signature) -> str | None:

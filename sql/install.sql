@@ -6,6 +6,9 @@
 \ir 15_scheduling.sql
 \ir 20_indexes.sql
 \ir functions/_backoff.sql
+\ir functions/_shown.sql
+\ir functions/_job_problem.sql
+\ir functions/_check_job.sql
 \ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
 \ir functions/_check_tenant.sql
@@ -13,6 +16,7 @@
 \ir functions/_event.sql
 \ir functions/_finish.sql
 \ir functions/_hold_shard.sql
+\ir functions/_key_holder.sql
 \ir functions/_put_back.sql
 \ir functions/_random_shard.sql
 \ir functions/_tenant_visible.sql

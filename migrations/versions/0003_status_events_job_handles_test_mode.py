@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import context, op
+from alembic import op
 
 revision = "0003"
-down_revision = '0002'
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

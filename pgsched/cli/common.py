@@ -253,10 +253,19 @@ def split_csv(value: str | None) -> list[str]:
 
 
 def first_line(text: str | None) -> str | None:
-    """The first non-empty line of an error text (tables show only that)."""
+    """What a table shows of an error text: for a Python traceback, the exception
+    (``ValueError: boom``, after the last frame), else its first non-empty line."""
     if not text:
         return text
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+    lines = text.splitlines()
+    if lines[0].startswith("Traceback (most recent call last):"):
+        frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+        start = frames[-1] + 1 if frames else 1
+        found = next((line for line in lines[start:] if line.strip() and not line[0].isspace()), None)
+        if found is None:
+            found = next((line for line in reversed(lines) if line.strip()), "")
+        return found.strip()
+    return next((line.strip() for line in lines if line.strip()), "")
 
 
 def duration_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:

@@ -27,17 +27,20 @@ from pgsched.cli.common import (
     state,
     timestamp_callback,
 )
+from pgsched.task import PRIORITY_MAX, PRIORITY_MIN
 
 Conn = psycopg.Connection[dict[str, Any]]
 
 STATES = ("scheduled", "available", "running", "completed", "dead", "cancelled")
 
+# Each value cast to the parameter's type: a bad value is refused as such,
+# never as a missing function.
 ENQUEUE = """
 SELECT pgsched.enqueue(
-    task => %(task)s, args => %(args)s, queue => %(queue)s,
+    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
     run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
-    priority => %(priority)s, idempotency_key => %(key)s, max_attempts => %(max_attempts)s,
-    labels => %(labels)s::text[], tenant => %(tenant)s) AS id
+    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
+    labels => %(labels)s::text[], tenant => %(tenant)s::text) AS id
 """
 
 # One row per job, newest id first: the active row when there is one, else
@@ -167,7 +170,12 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
     metavar="ISO8601",
     help="Run no sooner than this time, e.g. 2030-01-31T09:00:00+01:00 (no offset means UTC).",
 )
-@click.option("--priority", type=int, default=None, help="Higher runs first.  [default: 0]")
+@click.option(
+    "--priority",
+    type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX),
+    default=None,
+    help=f"Higher runs first, {PRIORITY_MIN} to {PRIORITY_MAX}.  [default: 0]",
+)
 @click.option(
     "--idempotency-key",
     default=None,
@@ -175,7 +183,7 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, None),
+    type=click.IntRange(1, 2**31 - 1),
     default=None,
     help="Runs before the job goes to the dead letters.  [default: the task's, else the install's]",
 )

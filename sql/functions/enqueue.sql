@@ -1,8 +1,10 @@
 -- enqueue
 -- contract: adds one job and returns its id. For an idempotency key already
 -- held by an active job, or by a finished one within the retention window,
--- returns that job's id and adds nothing. The shard derives from the key when
+-- returns that job's id and adds nothing, provided the task and args are the
+-- same (else PS422, see _key_holder). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
+-- A refused value raises with its column named (see _check_job).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts as a trusted writer
@@ -36,8 +38,9 @@ BEGIN
     PERFORM pgsched._check_tenant(enqueue.tenant);
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
     FROM pgsched.config c;
+    PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
+                               v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
-    PERFORM pgsched._check_labels(enqueue.labels);
     IF v_max IS NULL THEN
         SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
         v_max := coalesce(v_max, v_default_attempts);
@@ -57,7 +60,7 @@ BEGIN
             WHERE k.expires_at < v_now;
         IF NOT FOUND THEN
             -- A new statement: its snapshot sees the holder we waited for.
-            RETURN (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = enqueue.idempotency_key);
+            RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args);
         END IF;
     END IF;
 

@@ -1,8 +1,13 @@
 -- enqueue_many
--- contract: enqueue() for many jobs in one statement; returns one id per input
--- row, in input order (for a repeated idempotency key, the holder's id; rows
--- repeating a key within the batch get the first row's job). Arrays are
--- parallel; a NULL array, or a NULL element, means the default.
+-- contract: enqueue() for many jobs in one statement, all or nothing; returns
+-- one id per input row, in input order (for a repeated idempotency key, the
+-- holder's id; rows repeating a key within the batch get the first row's
+-- job; a repeated key with another task or other args raises PS422). Arrays
+-- are parallel: each one given has exactly one element per task (else
+-- invalid_parameter_value, naming the array); a NULL array, or a NULL
+-- element, means the default. labels are JSON arrays of strings, one per job.
+-- A refused row raises naming its position (1-based, the ord returned), its
+-- column and its value; nothing of the batch is written.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -11,7 +16,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     priorities       integer[]     DEFAULT NULL,
     idempotency_keys text[]        DEFAULT NULL,
     max_attempts     integer[]     DEFAULT NULL,
-    tenants          text[]        DEFAULT NULL
+    tenants          text[]        DEFAULT NULL,
+    labels           jsonb[]       DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -27,16 +33,72 @@ DECLARE
     v_keys text[];
     v_queues text[];
     v_scheduled boolean;
+    v_n integer := pg_catalog.cardinality(tasks);
+    v_bad record;
 BEGIN
-    IF tasks IS NULL OR pg_catalog.cardinality(tasks) = 0 THEN
+    IF tasks IS NULL OR v_n = 0 THEN
         RETURN;
     END IF;
-    -- Every row is checked, also those whose tenant is missing or NULL.
-    PERFORM pgsched._check_tenant(x.tenant)
-    FROM (SELECT DISTINCT u.tenant FROM unnest(tasks, tenants) AS u(task, tenant)) x;
+    -- unnest() pads short arrays with NULLs, which would mean "the default"
+    -- for a value the caller did send: refuse any length but the batch's.
+    SELECT a.name, a.len, a.dims INTO v_bad
+    FROM (VALUES ('tasks', v_n, pg_catalog.array_ndims(tasks)),
+                 ('args', pg_catalog.cardinality(args), pg_catalog.array_ndims(args)),
+                 ('queues', pg_catalog.cardinality(queues), pg_catalog.array_ndims(queues)),
+                 ('run_ats', pg_catalog.cardinality(run_ats), pg_catalog.array_ndims(run_ats)),
+                 ('priorities', pg_catalog.cardinality(priorities), pg_catalog.array_ndims(priorities)),
+                 ('idempotency_keys', pg_catalog.cardinality(idempotency_keys), pg_catalog.array_ndims(idempotency_keys)),
+                 ('max_attempts', pg_catalog.cardinality(max_attempts), pg_catalog.array_ndims(max_attempts)),
+                 ('tenants', pg_catalog.cardinality(tenants), pg_catalog.array_ndims(tenants)),
+                 ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels))) AS a(name, len, dims)
+    WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
+                v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Every row is checked, also those whose tenant is NULL.
+    FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
+                 FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord) GROUP BY u.tenant LOOP
+        BEGIN
+            PERFORM pgsched._check_tenant(v_bad.tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: %', v_bad.ord, pg_catalog.substr(SQLERRM, 10)
+                USING ERRCODE = 'insufficient_privilege', COLUMN = 'tenant';
+        END;
+    END LOOP;
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
     FROM pgsched.config c;
-    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n);
+    -- One set-based pass over the rules (_job_problem is inlined; labels,
+    -- JSON here, are checked as JSON); only the first bad row goes through
+    -- _check_job, which raises naming it.
+    SELECT u.ord, u.task, coalesce(u.queue, 'default') AS queue, coalesce(u.args, '{}') AS args,
+           coalesce(u.priority, 0) AS priority, coalesce(u.run_at, v_now) AS run_at, u.max_attempts, u.key,
+           u.labels, u.tenant,
+           u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")') AS labels_bad
+    INTO v_bad
+    FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
+         WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
+    WHERE (u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")'))
+       OR pgsched._job_problem(u.task, coalesce(u.queue, 'default'), coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                               coalesce(u.run_at, v_now), u.max_attempts, u.key, '{}', u.tenant) IS NOT NULL
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.labels_bad THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: labels % must be a JSON array of non-empty strings (jobs_labels_valid)',
+                    v_bad.ord, pgsched._shown(v_bad.labels::text)
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_labels_valid', COLUMN = 'labels',
+                      SCHEMA = 'pgsched', TABLE = 'jobs';
+        END IF;
+        PERFORM pgsched._check_job(v_bad.task, v_bad.queue, v_bad.args, v_bad.priority, v_bad.run_at,
+                                   v_bad.max_attempts, v_bad.key, '{}', v_bad.tenant, v_bad.ord);
+    END IF;
+    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
+    WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
 
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in as a trusted writer the trigger skips.
@@ -48,14 +110,16 @@ BEGIN
         -- after the sort by input order, so they grow in input order.
         WITH inserted AS (
             INSERT INTO pgsched.jobs AS j
-                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant)
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
                    pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
                    CASE WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                    coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
-                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant
-            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants)
-                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, ord)
+                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
+                   CASE WHEN u.labels IS NULL THEN '{}'::text[]
+                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, ord)
             LEFT JOIN pgsched.tasks t ON t.name = u.task
             ORDER BY u.ord
             RETURNING j.id, j.queue, j.state
@@ -78,10 +142,10 @@ BEGIN
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
-        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants)
-             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, ord)
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
                CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
@@ -105,11 +169,14 @@ BEGIN
         RETURNING k.job_id
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
-            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant)
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
+             labels)
         SELECT i.id, i.shard,
                CASE WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
-               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant
+               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
+               CASE WHEN i.labels IS NULL THEN '{}'::text[]
+                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END
         FROM input i
         LEFT JOIN pgsched.tasks t ON t.name = i.task
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
@@ -132,10 +199,12 @@ BEGIN
     END IF;
 
     -- Rows whose key was taken: look the holder up in a new statement, whose
-    -- snapshot sees a concurrent enqueue of the same key that we waited for.
+    -- snapshot sees a concurrent enqueue of the same key that we waited for,
+    -- and refuse the batch if it holds other work (PS422, naming the row).
     RETURN QUERY
-    SELECT x.o, coalesce(x.id, (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = x.k))
+    SELECT x.o, coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o))
     FROM unnest(v_ords, v_ids, v_keys) AS x(o, id, k)
+    JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o
     ORDER BY x.o;
 END
 $$;

@@ -2,7 +2,9 @@
 -- contract: every row entering pgsched.jobs, by enqueue() or a plain INSERT,
 -- gets its defaults, its validation and its wake-up here, so all paths behave
 -- alike. A repeated idempotency key skips the row (INSERT 0 0) and keeps the
--- existing job; enqueue() then returns that job's id.
+-- existing job; enqueue() then returns that job's id. A repeated key with
+-- another task or other args raises PS422 (see _key_holder); a refused value
+-- raises naming its column and value (see _check_job), not a partition.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -27,8 +29,9 @@ BEGIN
     -- the schedule's overlap policy.
     NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
 
+    PERFORM pgsched._check_job(NEW.task, NEW.queue, NEW.args, NEW.priority, NEW.run_at, NEW.max_attempts,
+                               NEW.idempotency_key, NEW.labels, NEW.tenant);
     PERFORM pgsched._check_payload(NEW.args, v_limit);
-    PERFORM pgsched._check_labels(NEW.labels);
 
     IF NEW.max_attempts IS NULL THEN
         SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
@@ -46,6 +49,9 @@ BEGIN
             SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
             WHERE k.job_id = NEW.id OR k.expires_at < v_now;
         IF NOT FOUND THEN
+            IF NEW.schedule IS NULL THEN
+                PERFORM pgsched._key_holder(NEW.idempotency_key, NEW.task, NEW.args);
+            END IF;
             RETURN NULL;
         END IF;
     END IF;

@@ -53,6 +53,29 @@ def test_dlq_as_a_table(dsn: str, dead: dict[str, int]) -> None:
     assert "pgsched dlq retry" in out
 
 
+TRACEBACK = """Traceback (most recent call last):
+  File "/app/tasks.py", line 12, in charge
+    total = compute(order)
+            ^^^^^^^^^^^^^^
+  File "/app/tasks.py", line 30, in compute
+    raise ValueError("boom")
+ValueError: boom
+and a second line of the message"""
+
+
+def test_dlq_shows_the_exception_of_a_traceback_and_jobs_show_keeps_it_whole(dsn: str) -> None:
+    with connect(dsn) as conn:
+        job_id = make_dead(conn, "qa", TRACEBACK, task="t.tb")
+    cli = Cli(dsn)
+
+    assert cli.json("dlq")[0]["error"] == "ValueError: boom"
+    table = cli.ok("dlq").out
+    assert "ValueError: boom" in table
+    assert "Traceback (most recent" not in table
+    shown = cli.ok("jobs", "show", str(job_id)).out
+    assert TRACEBACK in shown
+
+
 def test_an_empty_dlq(dsn: str) -> None:
     cli = Cli(dsn)
     assert cli.ok("dlq").out.strip() == "no dead letters"

@@ -55,9 +55,21 @@ def test_delay_counts_from_the_database_clock(dsn: str, delay: str, seconds: int
 def test_a_repeated_idempotency_key_returns_the_first_job(dsn: str) -> None:
     cli = Cli(dsn)
     first = cli.ok("enqueue", "t.once", '{"n": 1}', "--idempotency-key", "k-1").out
-    second = cli.ok("enqueue", "t.once", '{"n": 2}', "--idempotency-key", "k-1").out
+    second = cli.ok("enqueue", "t.once", '{"n": 1}', "--idempotency-key", "k-1", "--priority", "5").out
 
     assert first == second
+    with connect(dsn) as conn:
+        assert count_jobs(conn) == 1
+
+
+def test_a_repeated_idempotency_key_with_other_args_is_refused(dsn: str) -> None:
+    cli = Cli(dsn)
+    first = cli.ok("enqueue", "t.once", '{"n": 1}', "--idempotency-key", "k-1").out.strip()
+    result = cli("enqueue", "t.once", '{"n": 2}', "--idempotency-key", "k-1")
+
+    assert result.code == 1, str(result)
+    assert f"idempotency_key 'k-1' is held by job {first} with other args" in result.err
+    assert result.out == ""
     with connect(dsn) as conn:
         assert count_jobs(conn) == 1
 
@@ -103,6 +115,9 @@ def test_bad_args_are_refused_and_nothing_is_enqueued(dsn: str, args_json: str, 
         (["--delay", "5m", "--run-at", "2030-01-01T00:00:00Z"], "either --delay or --run-at"),
         (["--max-attempts", "0"], "--max-attempts"),
         (["--priority", "high"], "--priority"),
+        (["--priority", "99999999999"], "99999999999 is not in the range -1000000<=x<=1000000"),
+        (["--priority", "1000001"], "--priority"),
+        (["--max-attempts", "99999999999"], "--max-attempts"),
     ],
 )
 def test_bad_options_are_usage_errors(dsn: str, options: list[str], message: str) -> None:
@@ -110,6 +125,7 @@ def test_bad_options_are_usage_errors(dsn: str, options: list[str], message: str
 
     assert result.code == 2, str(result)
     assert message in result.err
+    assert "migrate" not in result.err
     with connect(dsn) as conn:
         assert count_jobs(conn) == 0
 
@@ -120,7 +136,27 @@ def test_a_job_the_database_refuses_is_one_line_naming_the_constraint(dsn: str) 
     assert result.code == 1, str(result)
     assert result.err.startswith("error: ")
     assert "jobs_task_valid" in result.err
+    assert "task 'not a task name!'" in result.err
     assert "Traceback" not in result.err
+    with connect(dsn) as conn:
+        assert count_jobs(conn) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--labels", "gpu", "--idempotency-key", "k" * 1001], "idempotency_key 'kkk"),
+        (["--queue", "no spaces"], "queue 'no spaces'"),
+        (["--tenant", ""], "tenant ''"),
+    ],
+)
+def test_a_refused_value_is_named_not_a_partition(dsn: str, options: list[str], message: str) -> None:
+    result = Cli(dsn)("enqueue", "t.work", *options)
+
+    assert result.code == 1, str(result)
+    assert message in result.err
+    assert "jobs_s" not in result.err
+    assert "migrate" not in result.err
     with connect(dsn) as conn:
         assert count_jobs(conn) == 0
 

@@ -86,7 +86,7 @@ def test_enqueue_many_returns_ids_in_order_in_one_statement(app: App, conn: psyc
     task = app.task(name="many.task")(send_welcome)
     specs = [task.job(i) for i in range(50)]
     specs.insert(10, JobSpec(task="many.task", args={"user_id": 999}, idempotency_key="same"))
-    specs.append(JobSpec(task="many.task", args={"user_id": 1000}, idempotency_key="same"))
+    specs.append(JobSpec(task="many.task", args={"user_id": 999}, idempotency_key="same"))
     ids = app.enqueue_many(specs)
     assert len(ids) == len(specs)
     assert ids[10] == ids[-1]  # a key repeated within the batch gets the first row's job
@@ -111,7 +111,7 @@ def test_using_sets_per_job_options(app: App, conn: psycopg.Connection[Any]) -> 
     before = datetime.now(UTC)
     first = task.using(queue="urgent", delay=timedelta(seconds=60), priority=5, idempotency_key="welcome-7").enqueue(7)
     after = datetime.now(UTC)
-    again = task.using(idempotency_key="welcome-7").enqueue(8)
+    again = task.using(idempotency_key="welcome-7").enqueue(7)
     assert again == first
     row = job(conn, first)
     assert row is not None
@@ -192,9 +192,11 @@ def test_a_refused_job_raises_invalid_job_naming_the_constraint(
         task.using(queue="no spaces allowed").enqueue(1)
     assert refused.value.constraint == "jobs_queue_valid"
     with pytest.raises(InvalidJob):
+        app.enqueue_many([task.job(1), JobSpec(task="bad.queue", args={}, queue="no spaces")])
+    with pytest.raises(ValueError, match="priority"):
         app.enqueue_many([task.job(1), JobSpec(task="bad.queue", args={}, priority=10**9)])
     with psycopg.connect(dsn) as caller:
-        with pytest.raises(InvalidJob):
+        with pytest.raises(ValueError, match="max_attempts"):
             task.using(max_attempts=0).enqueue(1, conn=caller)
         caller.rollback()
     assert count_jobs(conn) == 0

@@ -151,7 +151,7 @@ def test_stale_workers_racing_current_ones_change_nothing(dsn: str, conn: Conn, 
 
 def test_concurrent_enqueues_of_one_key_make_one_job(dsn: str, conn: Conn) -> None:
     def producer(c: Conn) -> Callable[[], list[int]]:
-        return lambda: [enqueue(c, "t", {"from": id(c)}, idempotency_key="payment-7") for _ in range(10)]
+        return lambda: [enqueue(c, "t", {"order": 7}, idempotency_key="payment-7") for _ in range(10)]
 
     with connections(dsn, 10) as conns:
         got = in_parallel([producer(c) for c in conns])
@@ -159,6 +159,24 @@ def test_concurrent_enqueues_of_one_key_make_one_job(dsn: str, conn: Conn) -> No
     assert sum(len(per_conn) for per_conn in got) == 100
     assert scalar(conn, "SELECT count(*) FROM pgsched.jobs") == 1
     assert returned == {scalar(conn, "SELECT id FROM pgsched.jobs")}
+
+
+def test_concurrent_enqueues_of_one_key_with_other_args_get_a_conflict_not_another_job(dsn: str, conn: Conn) -> None:
+    def producer(c: Conn, n: int) -> Callable[[], int | str | None]:
+        def run() -> int | str | None:
+            try:
+                return enqueue(c, "t", {"n": n}, idempotency_key="payment-8")
+            except psycopg.Error as exc:
+                return exc.sqlstate
+
+        return run
+
+    with connections(dsn, 8) as conns:
+        got = in_parallel([producer(c, n) for n, c in enumerate(conns)])
+    ids = [g for g in got if isinstance(g, int)]
+    assert len(ids) == 1, got
+    assert sorted(str(g) for g in got if not isinstance(g, int)) == ["PS422"] * 7
+    assert scalar(conn, "SELECT id FROM pgsched.jobs") == ids[0]
 
 
 def test_concurrent_batches_sharing_keys_agree_on_the_jobs(dsn: str, conn: Conn) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from tests.sql.helpers import (
     Conn,
@@ -113,12 +116,16 @@ BAD_INPUT: list[Any] = [
     pytest.param({"max_attempts": -3}, CHECK, "jobs_max_attempts_positive", id="max-attempts-negative"),
     pytest.param({"run_at": "infinity"}, CHECK, "jobs_run_at_finite", id="run-at-infinity"),
     pytest.param({"run_at": "-infinity"}, CHECK, "jobs_run_at_finite", id="run-at-minus-infinity"),
-    pytest.param({"idempotency_key": "k" * 513}, CHECK, "jobs_idempotency_key_length", id="key-too-long"),
+    pytest.param({"idempotency_key": "k" * 1001}, CHECK, "jobs_idempotency_key_length", id="key-too-long"),
+    pytest.param({"idempotency_key": "k" * 3000}, CHECK, "jobs_idempotency_key_length", id="key-over-btree-limit"),
+    pytest.param({"idempotency_key": "é" * 501}, CHECK, "jobs_idempotency_key_length", id="key-1002-bytes"),
     pytest.param({"idempotency_key": ""}, CHECK, "jobs_idempotency_key_length", id="key-empty"),
     pytest.param({"task": ""}, CHECK, "jobs_task_valid", id="task-empty"),
     pytest.param({"task": "send mail"}, CHECK, "jobs_task_valid", id="task-space"),
     pytest.param({"priority": 1_000_001}, CHECK, "jobs_priority_range", id="priority-too-high"),
     pytest.param({"labels": ["gpu", None]}, CHECK, "jobs_labels_valid", id="label-null"),
+    pytest.param({"labels": [""]}, CHECK, "jobs_labels_valid", id="label-empty"),
+    pytest.param({"labels": ["gpu", ""]}, CHECK, "jobs_labels_valid", id="label-empty-among-others"),
     pytest.param({"tenant": ""}, CHECK, "jobs_tenant_length", id="tenant-empty"),
 ]
 
@@ -132,7 +139,35 @@ def test_bad_input_is_refused_by_a_named_constraint(
         enqueue(conn, **options)
     assert constraint in str(info.value)  # the message names it too
     assert info.value.diag.schema_name == "pgsched"
+    column = next(k for k in options if k != "task") if len(options) > 1 else "task"
+    assert info.value.diag.column_name == column
+    assert column in str(info.value)
     assert nothing_enqueued(conn)
+
+
+@pytest.mark.parametrize(
+    ("options", "shown"),
+    [
+        ({"queue": "no spaces"}, "queue 'no spaces'"),
+        ({"priority": 5_000_000}, "priority 5000000"),
+        ({"max_attempts": 0}, "max_attempts 0"),
+        ({"labels": ["gpu", ""]}, """labels '{gpu,""}'"""),
+        ({"idempotency_key": "k" * 3000}, "is 3000 bytes long"),
+        ({"tenant": ""}, "tenant ''"),
+    ],
+)
+def test_a_refusal_names_the_value_that_is_wrong(conn: Conn, options: dict[str, Any], shown: str) -> None:
+    with pytest.raises(psycopg.Error) as info:
+        enqueue(conn, "send", **options)
+    assert shown in str(info.value)
+    assert "jobs_s" not in str(info.value)  # never a partition's name
+
+
+def test_a_key_of_1000_bytes_is_accepted(conn: Conn) -> None:
+    key = "é" * 500  # 1000 bytes in UTF-8
+    row = job(conn, enqueue(conn, "send", idempotency_key=key))
+    assert row is not None
+    assert row["idempotency_key"] == key
 
 
 def test_null_task_is_refused_naming_the_column(conn: Conn) -> None:
@@ -152,15 +187,34 @@ def test_oversized_payload_is_refused_with_a_hint(conn: Conn) -> None:
     assert nothing_enqueued(conn)
 
 
-def _args_of_size(size: int) -> dict[str, str]:
-    overhead = len('{"blob": ""}')
-    return {"blob": "x" * (size - overhead)}
+def _compact_size(args: Any) -> int:
+    return len(json.dumps(args, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def test_default_payload_limit_is_one_megabyte_of_json_text(conn: Conn) -> None:
+def _args_of_size(size: int) -> dict[str, Any]:
+    """Args whose compact JSON text is exactly size bytes, with nesting, spaces, escapes and non-ASCII."""
+    base: dict[str, Any] = {"list": [1, 2.5, None, True, {"k": "a, b: c"}], "quote": 'say "hi", \\ ok', "é": "ü"}
+    base["blob"] = ""
+    base["blob"] = "x" * (size - _compact_size(base))
+    assert _compact_size(base) == size
+    return base
+
+
+def test_default_payload_limit_is_one_megabyte_of_compact_json_text(conn: Conn) -> None:
     enqueue(conn, "send", _args_of_size(MB))
-    with refused(CHECK, "jobs_args_size_limit"):
+    enqueue(conn, "send", {"blob": "x" * (MB - len('{"blob":""}'))})
+    with refused(CHECK, "jobs_args_size_limit") as info:
         enqueue(conn, "send", _args_of_size(MB + 1))
+    assert f"args are {MB + 1} bytes" in str(info.value)
+    with refused(CHECK, "jobs_args_size_limit"):
+        enqueue(conn, "send", {"blob": "x" * (MB + 1 - len('{"blob":""}'))})
+    assert count(conn) == 2
+
+
+def test_plain_insert_measures_the_payload_alike(conn: Conn) -> None:
+    conn.execute("INSERT INTO pgsched.jobs (task, args) VALUES ('t', %s)", [Jsonb(_args_of_size(MB))])
+    with refused(CHECK, "jobs_args_size_limit"):
+        conn.execute("INSERT INTO pgsched.jobs (task, args) VALUES ('t', %s)", [Jsonb(_args_of_size(MB + 1))])
     assert count(conn) == 1
 
 
@@ -187,12 +241,35 @@ def test_a_refused_enqueue_with_a_key_leaves_the_key_free(conn: Conn) -> None:
 
 def test_repeated_key_returns_the_active_job_and_adds_nothing(conn: Conn) -> None:
     first = enqueue(conn, "send", {"n": 1}, idempotency_key="order-42")
-    again = enqueue(conn, "send", {"n": 2}, idempotency_key="order-42", queue="other", priority=5)
+    again = enqueue(conn, "send", {"n": 1}, idempotency_key="order-42", queue="other", priority=5)
     assert again == first
     assert count(conn) == 1
     row = job(conn, first)
     assert row is not None
-    assert (row["args"], row["queue"], row["priority"]) == ({"n": 1}, "default", 0)  # the first one wins
+    assert (row["args"], row["queue"], row["priority"]) == ({"n": 1}, "default", 0)  # the first one's options stand
+
+
+@pytest.mark.parametrize(
+    ("task", "args", "named"),
+    [("send", {"n": 2}, "other args"), ("other.task", {"n": 1}, "task 'send', not 'other.task'")],
+)
+def test_repeated_key_with_other_work_is_a_conflict(conn: Conn, task: str, args: dict[str, Any], named: str) -> None:
+    first = enqueue(conn, "send", {"n": 1}, idempotency_key="order-42")
+    with refused("PS422") as info:
+        enqueue(conn, task, args, idempotency_key="order-42")
+    assert f"idempotency_key 'order-42' is held by job {first}" in str(info.value)
+    assert named in str(info.value)
+    assert info.value.diag.column_name == "idempotency_key"
+    assert count(conn) == 1
+
+
+def test_repeated_key_of_a_finished_job_with_other_args_is_a_conflict(conn: Conn, now: datetime) -> None:
+    first = enqueue(conn, "send", {"n": 1}, idempotency_key="k")
+    assert complete(conn, [pair(claim_one(conn, now=now))], now=now) == {first: True}
+    assert enqueue(conn, "send", {"n": 1}, idempotency_key="k") == first
+    with refused("PS422"):
+        enqueue(conn, "send", {"n": 2}, idempotency_key="k")
+    assert count(conn) == 0
 
 
 def test_repeated_key_returns_the_running_job(conn: Conn) -> None:

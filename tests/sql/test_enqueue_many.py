@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
 
 from tests.sql.conftest import Listener
 from tests.sql.helpers import (
@@ -71,7 +74,7 @@ def test_duplicate_keys_in_one_batch_map_to_the_first_rows_job(conn: Conn) -> No
     ids = enqueue_many(
         conn,
         ["t", "t", "t", "t", "t"],
-        args=[{"n": i} for i in range(5)],
+        args=[{"n": 0}, {"n": 1}, {"n": 0}, {"n": 3}, {"n": 1}],
         idempotency_keys=["a", "b", "a", None, "b"],
     )
     assert ids[2] == ids[0]
@@ -105,8 +108,9 @@ def test_keys_held_by_existing_jobs_return_the_holders(conn: Conn, now: datetime
 
 
 def test_a_bad_row_refuses_the_whole_batch(conn: Conn) -> None:
-    with refused("23514", "jobs_queue_valid"):
+    with refused("23514", "jobs_queue_valid") as info:
         enqueue_many(conn, ["t", "t", "t"], queues=["ok", "not ok", "ok"], idempotency_keys=["k1", "k2", "k3"])
+    assert "row 2 of the batch: queue 'not ok'" in str(info.value)
     assert nothing_enqueued(conn)
 
 
@@ -118,8 +122,95 @@ def test_a_null_task_refuses_the_whole_batch(conn: Conn) -> None:
 
 
 def test_an_array_longer_than_tasks_is_refused_not_dropped(conn: Conn) -> None:
-    with refused("23502"):
+    with refused("22023") as info:
         enqueue_many(conn, ["t"], args=[{"n": 1}, {"n": 2}])
+    assert "args has 2 elements, tasks has 1" in str(info.value)
+    assert nothing_enqueued(conn)
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        {"idempotency_keys": ["k1", "k2"]},
+        {"args": [{"n": 1}]},
+        {"queues": []},
+        {"priorities": [1, 2]},
+        {"run_ats": [None]},
+        {"max_attempts": [1, 2, 3, 4]},
+        {"tenants": ["a"]},
+        {"labels": [["gpu"]]},
+    ],
+    ids=lambda a: next(iter(a)),
+)
+def test_an_array_of_another_length_is_refused(conn: Conn, arrays: dict[str, list[Any]]) -> None:
+    name, values = next(iter(arrays.items()))
+    with refused("22023") as info:
+        enqueue_many(conn, ["t", "t", "t"], **arrays)
+    assert f"{name} has {len(values)} elements, tasks has 3" in str(info.value)
+    assert nothing_enqueued(conn)
+
+
+def test_a_bad_row_deep_in_a_big_batch_leaves_nothing(conn: Conn) -> None:
+    queues = ["ok"] * 1000
+    queues[500] = "not ok"  # row 501, 1-based like the ord returned
+    keys = [f"k{i}" for i in range(1000)]
+    with refused("23514", "jobs_queue_valid") as info:
+        enqueue_many(conn, ["t"] * 1000, queues=queues, idempotency_keys=keys, labels=[["gpu"]] * 1000)
+    assert "row 501 of the batch: queue 'not ok'" in str(info.value)
+    assert info.value.diag.column_name == "queue"
+    assert nothing_enqueued(conn)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "sqlstate", "shown"),
+    [
+        ({"priorities": [0, 0, 5_000_000]}, "23514", "row 3 of the batch: priority 5000000"),
+        ({"max_attempts": [None, 0, None]}, "23514", "row 2 of the batch: max_attempts 0"),
+        ({"idempotency_keys": [None, None, "k" * 3000]}, "23514", "row 3 of the batch: idempotency_key"),
+        ({"args": [{}, [1], {}]}, "23514", "row 2 of the batch: args must be a JSON object, not array"),
+        ({"labels": [["gpu"], [""], None]}, "23514", """row 2 of the batch: labels '[""]'"""),
+        ({"labels": [None, None, ["a", None]]}, "23514", "row 3 of the batch: labels"),
+        ({"labels": [None, {"a": 1}, None]}, "23514", "row 2 of the batch: labels"),
+        ({"tenants": [None, "", None]}, "23514", "row 2 of the batch: tenant ''"),
+        ({"run_ats": [None, None, "infinity"]}, "23514", "row 3 of the batch: run_at infinity"),
+    ],
+)
+def test_every_batch_error_names_the_row_and_the_value(
+    conn: Conn, arrays: dict[str, list[Any]], sqlstate: str, shown: str
+) -> None:
+    with refused(sqlstate) as info:
+        enqueue_many(conn, ["t", "t", "t"], **arrays)
+    assert shown in str(info.value)
+    assert nothing_enqueued(conn)
+
+
+def test_a_null_task_names_its_row(conn: Conn) -> None:
+    with refused("23502") as info:
+        enqueue_many(conn, ["t", "t", None])
+    assert 'row 3 of the batch: column "task" may not be NULL' in str(info.value)
+
+
+def test_labels_are_set_per_job(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["t", "t", "t"], labels=[["gpu", "eu"], None, []], idempotency_keys=["a", None, None])
+    assert [job(conn, i)["labels"] for i in ids] == [["gpu", "eu"], [], []]  # type: ignore[index]
+    ids = enqueue_many(conn, ["t", "t"], labels=[["x"], ["y", "z"]])
+    assert [job(conn, i)["labels"] for i in ids] == [["x"], ["y", "z"]]  # type: ignore[index]
+
+
+def test_a_repeated_key_with_other_args_refuses_the_batch(conn: Conn) -> None:
+    held = enqueue(conn, "t", {"n": 1}, idempotency_key="held")
+    with refused("PS422") as info:
+        enqueue_many(conn, ["t", "t", "t"], args=[{}, {}, {"n": 2}], idempotency_keys=["new", None, "held"])
+    assert f"row 3 of the batch: idempotency_key 'held' is held by job {held}" in str(info.value)
+    assert count(conn) == 1
+    assert count(conn, "idempotency_keys") == 1
+
+
+def test_a_key_repeated_within_the_batch_with_other_args_refuses_the_batch(conn: Conn) -> None:
+    with refused("PS422") as info:
+        enqueue_many(conn, ["t", "t", "u"], idempotency_keys=["a", None, "a"])
+    assert "row 3 of the batch: idempotency_key 'a'" in str(info.value)
+    assert "task 't', not 'u'" in str(info.value)
     assert nothing_enqueued(conn)
 
 

@@ -91,7 +91,7 @@ def test_insert_takes_max_attempts_from_the_task_policy(conn: Conn) -> None:
         ),
         pytest.param(
             "task, args, idempotency_key",
-            "'t', '{}', repeat('k', 513)",
+            "'t', '{}', repeat('k', 3000)",
             "23514",
             "jobs_idempotency_key_length",
             id="key-too-long",
@@ -103,6 +103,7 @@ def test_insert_takes_max_attempts_from_the_task_policy(conn: Conn) -> None:
             "jobs_args_size_limit",
             id="payload-too-big",
         ),
+        pytest.param("task, args, labels", "'t', '{}', '{\"\"}'", "23514", "jobs_labels_valid", id="label-empty"),
         pytest.param("task, args", "NULL, '{}'", "23502", None, id="task-null"),
         pytest.param("task, args", "'t', NULL", "23502", None, id="args-null"),
     ],
@@ -114,6 +115,20 @@ def test_bad_rows_are_refused_by_name_and_leave_nothing(
         conn.execute(f"INSERT INTO pgsched.jobs ({columns}) VALUES ({values})")
     if constraint is None:
         assert info.value.diag.column_name in ("task", "args")
+    assert info.value.diag.column_name is not None
+    assert "jobs_s" not in str(info.value)  # the rule and the value, not a partition
+    assert nothing_enqueued(conn)
+
+
+def test_a_refused_insert_names_the_column_and_the_value(conn: Conn) -> None:
+    with refused("23514", "jobs_priority_range") as info:
+        conn.execute("INSERT INTO pgsched.jobs (task, args, priority) VALUES ('t', '{}', 5000000)")
+    assert info.value.diag.column_name == "priority"
+    assert info.value.diag.table_name == "jobs"
+    assert "priority 5000000 is out of range" in str(info.value)
+    with refused("23514", "jobs_queue_valid") as info:
+        conn.execute("INSERT INTO pgsched.jobs (task, args, queue) VALUES ('t', '{}', 'a/b')")
+    assert "queue 'a/b'" in str(info.value)
     assert nothing_enqueued(conn)
 
 
@@ -134,18 +149,28 @@ def test_a_shard_outside_the_install_is_refused(conn: Conn) -> None:
 
 def test_insert_with_a_taken_idempotency_key_inserts_nothing(conn: Conn) -> None:
     first = enqueue(conn, "t", {"n": 1}, idempotency_key="k")
-    cur = conn.execute("""INSERT INTO pgsched.jobs (task, args, idempotency_key) VALUES ('t', '{"n": 2}', 'k')""")
+    cur = conn.execute(
+        """INSERT INTO pgsched.jobs (task, args, idempotency_key, queue) VALUES ('t', '{"n": 1}', 'k', 'other')"""
+    )
     assert cur.rowcount == 0
     assert count(conn) == 1
     row = job(conn, first)
     assert row is not None
-    assert row["args"] == {"n": 1}
+    assert (row["args"], row["queue"]) == ({"n": 1}, "default")
+
+
+def test_insert_with_a_taken_key_and_other_args_is_a_conflict(conn: Conn) -> None:
+    first = enqueue(conn, "t", {"n": 1}, idempotency_key="k")
+    with refused("PS422") as info:
+        conn.execute("""INSERT INTO pgsched.jobs (task, args, idempotency_key) VALUES ('t', '{"n": 2}', 'k')""")
+    assert f"held by job {first}" in str(info.value)
+    assert count(conn) == 1
 
 
 def test_insert_repeating_a_key_in_one_statement_keeps_the_first_row(conn: Conn) -> None:
     cur = conn.execute(
         """INSERT INTO pgsched.jobs (task, args, idempotency_key)
-           VALUES ('t', '{"n": 1}', 'k'), ('t', '{"n": 2}', 'k')"""
+           VALUES ('t', '{"n": 1}', 'k'), ('t', '{"n": 1}', 'k')"""
     )
     assert cur.rowcount == 1
     assert [r["args"] for r in conn.execute("SELECT args FROM pgsched.jobs").fetchall()] == [{"n": 1}]

@@ -129,7 +129,7 @@ def test_an_enqueue_role_inserts_and_enqueues_but_cannot_claim(conn: Conn, make_
     with connect(make_role("pgsched_enqueue")) as app:
         app.execute("""INSERT INTO pgsched.jobs (task, args) VALUES ('send', '{"to": 1}')""")
         by_function = enqueue(app, "send", {"to": 2}, queue="mail", idempotency_key="k")
-        assert enqueue(app, "send", {"to": 3}, queue="mail", idempotency_key="k") == by_function
+        assert enqueue(app, "send", {"to": 2}, queue="other", idempotency_key="k") == by_function
         batch = enqueue_many(app, ["a", "b"])
         assert scalar(app, "SELECT count(*) FROM pgsched.jobs") == 4  # it may read
         assert scalar(app, "SELECT count(*) FROM pgsched.dead_letters") == 0
@@ -259,13 +259,14 @@ def test_a_tenant_scoped_role_enqueues_only_for_its_tenant(conn: Conn, make_role
             lambda: enqueue(scoped, tenant="B"),
             lambda: enqueue(scoped),  # no tenant is not "any tenant"
             lambda: enqueue_many(scoped, ["t", "t"], tenants=["A", "B"]),
-            lambda: enqueue_many(scoped, ["t", "t"], tenants=["A"]),
             lambda: enqueue_many(scoped, ["t"]),
             lambda: scoped.execute("INSERT INTO pgsched.jobs (task, args, tenant) VALUES ('t', '{}', 'B')"),
             lambda: scoped.execute("INSERT INTO pgsched.jobs (task, args) VALUES ('t', '{}')"),
         ):
             with refused(DENIED):
                 attempt()
+        with refused("22023"):  # a short array is refused, never padded with "no tenant"
+            enqueue_many(scoped, ["t", "t"], tenants=["A"])
         scoped.execute("RESET pgsched.tenant")
         with refused(DENIED):
             enqueue(scoped)
