@@ -329,7 +329,9 @@ class ScheduleKeeper:
         self._db.close()
 
     def _run(self) -> None:
-        next_renew = next_expand = 0.0
+        # A scanner started beside this worker (`pgsched run`) registers first and keeps the shards.
+        next_renew, next_expand = time.monotonic() + 1.0, 0.0
+        self._stop.wait(1.0)
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
