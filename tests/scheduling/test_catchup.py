@@ -45,7 +45,8 @@ def run_one_at_a_time(db: Conn, start: datetime, want: int, step: timedelta = ti
         active = db.execute(
             "SELECT count(*) AS n FROM pgsched.jobs WHERE schedule = 'tick' AND state IN ('available', 'running')"
         ).fetchone()
-        assert active is not None and active["n"] <= 1, f"two runs of one schedule at {now}"
+        assert active is not None
+        assert active["n"] <= 1, f"two runs of one schedule at {now}"
         for job in claim(db, now):
             ran.append(job["run_at"])
             complete(db, job)
@@ -126,7 +127,8 @@ def test_an_outage_longer_than_one_pass_applies_the_policy_to_the_whole_window(
     last_missed = T0 + timedelta(minutes=1998)
     assert fired == [last_missed - timedelta(minutes=runs - 1 - i) for i in range(runs)]
     summary = [o for o in occurrences(db, "tick") if o["decision"] == "skipped_misfire"]
-    assert len(summary) == 1 and summary[0]["fire_at"] == T0
+    assert len(summary) == 1
+    assert summary[0]["fire_at"] == T0
     assert f"misfire policy {policy}" in summary[0]["reason"]
 
     # What runs: the kept missed ones and the on-time one, nothing else.

@@ -55,7 +55,8 @@ def test_a_lone_worker_fires_a_seconds_schedule(conn: Conn, spawn: Callable[...,
         timeout=30,
         what="the worker leasing the idle shards",
     )
-    assert sum(keeper.values()) == SHARDS and not conn.execute("SELECT 1 FROM pgsched.scanners").fetchone()
+    assert sum(keeper.values()) == SHARDS
+    assert not conn.execute("SELECT 1 FROM pgsched.scanners").fetchone()
     ticks = wait_for(lambda: len(completed_ticks(conn)) >= 3 and completed_ticks(conn), timeout=30, what="3 ticks")
     # One job per second, each told its own fire time.
     run_ats = [t["run_at"] for t in ticks]

@@ -49,9 +49,8 @@ def upsert(db: Conn, **values: Any) -> int:
 
 @pytest.mark.parametrize(("values", "message"), BAD)
 def test_upsert_schedule_refuses(db: Conn, values: dict[str, Any], message: str) -> None:
-    with pytest.raises(psycopg.Error) as raised:
-        with db.transaction():
-            upsert(db, **values)
+    with pytest.raises(psycopg.Error) as raised, db.transaction():
+        upsert(db, **values)
     assert message in str(raised.value)
     assert db.execute("SELECT count(*) AS n FROM pgsched.schedules").fetchone() == {"n": 0}
 
@@ -60,9 +59,8 @@ def test_upsert_schedule_refuses(db: Conn, values: dict[str, Any], message: str)
 def test_a_plain_insert_is_refused_the_same(db: Conn, values: dict[str, Any], message: str) -> None:
     row = {"name": "s", "cron": "*/5 * * * *", "task": "t.tick", **values}
     columns = ", ".join(row)
-    with pytest.raises(psycopg.Error) as raised:
-        with db.transaction():
-            db.execute(f"INSERT INTO pgsched.schedules ({columns}) VALUES ({', '.join(f'%({k})s' for k in row)})", row)
+    with pytest.raises(psycopg.Error) as raised, db.transaction():
+        db.execute(f"INSERT INTO pgsched.schedules ({columns}) VALUES ({', '.join(f'%({k})s' for k in row)})", row)
     assert message in str(raised.value)
 
 
@@ -99,7 +97,8 @@ def test_sql_accepts_no_zone_cron_py_refuses(db: Conn) -> None:
         r["name"]
         for r in db.execute("SELECT name FROM pg_timezone_names WHERE pgsched._valid_timezone(name) ORDER BY name")
     ]
-    assert "Europe/Berlin" in names and "UTC" in names
+    assert "Europe/Berlin" in names
+    assert "UTC" in names
     refused = []
     for name in names:
         try:
@@ -166,7 +165,8 @@ def test_an_expansion_error_is_recorded_and_the_pass_goes_on(dsn: str, conn: Con
     assert "jobs_labels_valid" in schedule(conn, "a-labels")["last_error"]
     assert "jobs_priority_range" in schedule(conn, "b-priority")["last_error"]
     good = schedule(conn, "c-good")
-    assert good["last_error"] is None and good["expanded_until"] is not None
+    assert good["last_error"] is None
+    assert good["expanded_until"] is not None
     assert conn.execute("SELECT count(*) AS n FROM pgsched.jobs WHERE schedule = 'c-good'").fetchone()["n"] >= 59  # type: ignore[index]
 
 
