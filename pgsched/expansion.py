@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 LEASE_LOST = "PS409"
 MAX_FIRES_PER_EXPANSION = 1000
+# Fires filed per add_occurrences() call: between calls the holder renews its leases and the pass
+# checks its budget, so one schedule's thousand inserts never outlast a lease on a loaded server.
+FIRES_PER_WRITE = 100
 # Errors that say the schedule itself is wrong (data, constraint, raised by a function), recorded on
 # it; others (a deadlock, a server shutting down) are only logged and the schedule is tried again.
 _SCHEDULE_FAULTS = ("22", "23", "42", "P0", "PS")
@@ -194,69 +198,94 @@ class Pass:
 
 
 class Expander:
-    """Expands the schedules of the shards a holder (scanner or worker) leases, within a time budget."""
+    """Expands the schedules of the shards a holder (scanner or worker) leases, within a time budget.
 
-    def __init__(self, db: Reconnecting, holder: str) -> None:
+    ``keep_alive``, called between writes, renews the holder's leases when they are due and returns
+    the epochs held afterwards, so a long pass never outlives them.
+    """
+
+    def __init__(self, db: Reconnecting, holder: str, keep_alive: Callable[[], dict[int, int]] | None = None) -> None:
         self._db = db
         self.holder = holder
+        self._keep_alive = keep_alive
 
     def run(self, epochs: dict[int, int], budget: float) -> Pass:
         result = Pass()
         if not epochs:
             return result
-        deadline = time.monotonic() + budget
+        self._epochs = dict(epochs)
+        self._deadline = time.monotonic() + budget
         rows = self._db.call(lambda c: _due_schedules(c, sorted(epochs)))
         for index, row in enumerate(rows):
             shard = int(row["shard"])
-            if shard in result.lost or shard not in epochs:
-                continue
-            if index and time.monotonic() >= deadline:  # the first one always goes: every pass gets somewhere
+            if index and time.monotonic() >= self._deadline:  # the first one always goes: every pass gets somewhere
                 result.unfinished = True
                 break
+            self._renew()
+            if shard in result.lost or shard not in self._epochs:
+                continue
             try:
-                self._expand_one(row, epochs[shard], result)
+                if not self._expand_one(row, result):
+                    result.unfinished = True
+                    break
             except psycopg.Error as exc:
                 if exc.sqlstate == LEASE_LOST:
                     result.lost[shard] = exc
                 elif isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
                     raise
                 elif (exc.sqlstate or "")[:2] in _SCHEDULE_FAULTS:
-                    self._record(row, epochs[shard], f"{exc.diag.message_primary} (SQLSTATE {exc.sqlstate})", result)
+                    self._record(row, f"{exc.diag.message_primary} (SQLSTATE {exc.sqlstate})", result)
                 else:
                     log.warning("schedule %s: expansion failed (%s); trying again next pass", row["name"], exc)
         return result
 
-    def _expand_one(self, row: dict[str, Any], epoch: int, result: Pass) -> None:
-        name = row["name"]
+    def _renew(self) -> None:
+        if self._keep_alive is not None:
+            self._epochs = self._keep_alive()
+
+    def _expand_one(self, row: dict[str, Any], result: Pass) -> bool:
+        """File one schedule's plan in writes of FIRES_PER_WRITE fires; False if the budget ran out first."""
+        name, shard = row["name"], int(row["shard"])
         db_now: datetime = row["db_now"]
         if not row["enabled"]:
-            decisions: list[dict[str, Any]] = []
-            start = until = db_now
+            chunks: list[tuple[list[dict[str, Any]], datetime, datetime]] = [([], db_now, db_now)]
         else:
             changed = row["expanded_version"] != row["version"]
             start = db_now if changed or row["expanded_until"] is None else row["expanded_until"]
             try:
                 found = plan(row, start, db_now + row["horizon"], db_now)
             except cron.CronError as exc:
-                self._record(row, epoch, str(exc), result)
-                return
-            decisions, until = found.decisions, found.until
+                self._record(row, str(exc), result)
+                return True
             result.computed += found.computed
-        value = self._db.call(
-            lambda c: c.execute(
-                "SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s)",
-                (self.holder, row["shard"], epoch, name, row["version"], json.dumps(decisions), start, until),
-            ).fetchone()
-        )
-        created = int(value[0]) if value else 0
-        result.created += created
+            chunks = _chunks(found.decisions, start, found.until)
+        for index, (decisions, start, until) in enumerate(chunks):
+            if index:
+                if time.monotonic() >= self._deadline:
+                    return False  # expanded_until says where the next pass resumes
+                self._renew()
+            epoch = self._epochs.get(shard)
+            if epoch is None:
+                return True  # the shard moved on meanwhile
+            params = (self.holder, shard, epoch, name, row["version"], json.dumps(decisions), start, until)
+            value = self._db.call(
+                lambda c, params=params: c.execute(  # type: ignore[misc]
+                    "SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s)", params
+                ).fetchone()
+            )
+            created = int(value[0]) if value else 0
+            result.created += created
+            if created:
+                log.debug("schedule %s: %d occurrences up to %s", name, created, until)
         result.expanded += 1
-        if created:
-            log.debug("schedule %s: %d occurrences up to %s", name, created, until)
+        return True
 
-    def _record(self, row: dict[str, Any], epoch: int, message: str, result: Pass) -> None:
+    def _record(self, row: dict[str, Any], message: str, result: Pass) -> None:
         """The schedule cannot be expanded: say why on it (last_error), and go on with the others."""
         log.error("schedule %s cannot be expanded: %s", row["name"], message)
+        epoch = self._epochs.get(int(row["shard"]))
+        if epoch is None:
+            return
         result.errors += 1
         self._db.call(
             lambda c: c.execute(
@@ -266,8 +295,28 @@ class Expander:
         )
 
 
+def _chunks(
+    decisions: list[dict[str, Any]], start: datetime, until: datetime
+) -> list[tuple[list[dict[str, Any]], datetime, datetime]]:
+    """Consecutive windows [from, until) of at most FIRES_PER_WRITE fires each, cut between instants."""
+    chunks: list[tuple[list[dict[str, Any]], datetime, datetime]] = []
+    current: list[dict[str, Any]] = []
+    fires = 0
+    lo = start
+    for entry in decisions:
+        if fires >= FIRES_PER_WRITE and entry["fire_at"] != current[-1]["fire_at"]:
+            cut = datetime.fromisoformat(entry["fire_at"])
+            chunks.append((current, lo, cut))
+            current, fires, lo = [], 0, cut
+        current.append(entry)
+        fires += entry["decision"] in ("fire", "misfire_fired")
+    chunks.append((current, lo, until))
+    return chunks
+
+
 def _due_schedules(conn: psycopg.Connection[Any], shards: list[int]) -> list[dict[str, Any]]:
-    """Schedules of these shards that need expanding; one whose version failed waits for an edit."""
+    """Schedules of these shards that need expanding, the most behind first (a busy one cannot keep
+    the others waiting); one whose version failed waits for an edit."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
             """
@@ -279,7 +328,7 @@ def _due_schedules(conn: psycopg.Connection[Any], shards: list[int]) -> list[dic
               AND (expanded_version <> version
                    OR (enabled AND last_error IS NULL
                        AND (expanded_until IS NULL OR expanded_until < clock_timestamp() + horizon / 2)))
-            ORDER BY name
+            ORDER BY expanded_version <> version DESC, expanded_until NULLS FIRST, name
             """,
             (shards,),
         ).fetchall()
@@ -307,7 +356,8 @@ class ScheduleKeeper:
         self.interval = interval
         self._stop = threading.Event()
         self._db = Reconnecting(dsn, purpose=f"worker {worker} schedules", stop=self._stop, prepare=prepare)
-        self._expander = Expander(self._db, self.holder)
+        self._expander = Expander(self._db, self.holder, keep_alive=self._keep_alive)
+        self._next_renew = 0.0
         self._thread: threading.Thread | None = None
         self.epochs: dict[int, int] = {}
         self.passes = 0
@@ -330,17 +380,13 @@ class ScheduleKeeper:
 
     def _run(self) -> None:
         # A scanner started beside this worker (`pgsched run`) registers first and keeps the shards.
-        next_renew, next_expand = time.monotonic() + 1.0, 0.0
         self._stop.wait(1.0)
+        next_expand = 0.0
         while not self._stop.is_set():
             try:
-                now = time.monotonic()
-                if now >= next_renew:
-                    gained = self._renew()
-                    next_renew = now + self.lease / 3
-                    if gained:
-                        next_expand = 0.0
-                if self.epochs and now >= next_expand:
+                if time.monotonic() >= self._next_renew and self._renew():
+                    next_expand = 0.0
+                if self.epochs and time.monotonic() >= next_expand:
                     result = self._expander.run(self.epochs, budget=self.lease / 4)
                     self.passes += 1
                     self.created += result.created
@@ -348,20 +394,27 @@ class ScheduleKeeper:
                         self.epochs.pop(shard, None)
                     next_expand = time.monotonic() + (0.0 if result.unfinished else self.interval)
                     if result.lost:
-                        next_renew = 0.0
+                        self._next_renew = 0.0
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 log.warning("%s: database unavailable (%s); retrying", self.holder, exc)
-                next_renew = 0.0
+                self._next_renew = 0.0
                 self._stop.wait(1.0)
                 continue
             except psycopg.Error:
                 log.exception("%s: schedule pass failed; retrying", self.holder)
                 self._stop.wait(1.0)
                 continue
-            wait = min(next_renew, next_expand if self.epochs else next_renew) - time.monotonic()
+            wait = min(self._next_renew, next_expand if self.epochs else self._next_renew) - time.monotonic()
             self._stop.wait(max(0.0, wait))
 
+    def _keep_alive(self) -> dict[int, int]:
+        if time.monotonic() >= self._next_renew:
+            self._renew()
+        return self.epochs
+
     def _renew(self) -> bool:
+        """Renew and take idle shards; True when one was gained (or came back with a new epoch)."""
+        self._next_renew = time.monotonic() + self.lease / 3
         rows = self._db.call(
             lambda c: c.execute(
                 "SELECT shard, epoch FROM pgsched.acquire_idle_shards(%s, %s)",

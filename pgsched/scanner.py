@@ -91,7 +91,7 @@ class Scanner:
         self._notified = threading.Event()
         self._db = Reconnecting(dsn, purpose=f"scanner {self.name}", stop=self._stop, prepare=self.options.prepare)
         self._shards: dict[int, _Shard] = {}
-        self._expander = Expander(self._db, self.name)
+        self._expander = Expander(self._db, self.name, keep_alive=self._keep_alive)
         self._next_renew = 0.0
         self._next_expand = 0.0
         self._next_maintain = 0.0
@@ -157,7 +157,8 @@ class Scanner:
         if self._notified.is_set():
             self._notified.clear()
             self._refresh_due()
-        if self._next_expand == 0.0:
+        expanded = self._next_expand == 0.0
+        if expanded:
             # Shards just gained: decide the occurrences missed while nobody held them before
             # promoting the ones expanded earlier, so the misfire policy sees all of them at once.
             self._expand(now)
@@ -165,7 +166,7 @@ class Scanner:
             if shard.due <= now or shard.next_scan <= now:
                 self._scan(shard_no, shard)
         now = time.monotonic()
-        if now >= self._next_expand:
+        if now >= self._next_expand and not expanded:  # one time-boxed pass per tick: renewals come first
             self._expand(now)
         if now >= self._next_maintain:
             self._next_maintain = now + self.options.maintain_interval
@@ -210,6 +211,12 @@ class Scanner:
                 self._next_expand = 0.0
         self.stats.owned = self.owned
         self._next_renew = time.monotonic() + self.options.lease / 3
+
+    def _keep_alive(self) -> dict[int, int]:
+        """Between an expansion pass's writes: renew the leases when due; the epochs held now."""
+        if time.monotonic() >= self._next_renew:
+            self._renew()
+        return {shard_no: shard.epoch for shard_no, shard in self._shards.items()}
 
     def _refresh_due(self) -> None:
         if not self._shards:

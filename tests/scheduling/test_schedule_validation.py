@@ -5,6 +5,7 @@ the pass goes on to the next schedule."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 
 from pgsched import cron
 from pgsched.dbconn import Reconnecting
-from pgsched.expansion import Expander
+from pgsched.expansion import FIRES_PER_WRITE, MAX_FIRES_PER_EXPANSION, Expander
+from pgsched.scanner import Scanner, ScannerOptions
 from tests.e2e.clirun import Cli
 from tests.scheduling.helpers import Conn, acquire, add_schedule, schedule
 
@@ -177,7 +179,8 @@ def test_a_time_boxed_pass_leaves_the_rest_for_the_next(dsn: str, conn: Conn) ->
     db = Reconnecting(dsn, purpose="test", stop=threading.Event())
     try:
         first = Expander(db, "test-scanner").run(epochs, budget=0)
-        assert (first.expanded, first.unfinished) == (1, True)
+        assert first.unfinished
+        assert first.created == FIRES_PER_WRITE  # one write, then the budget was spent
         assert first.computed <= 2100  # a seconds schedule with a 7-day horizon: about 1,000 fires, not 604,800
         assert [n for n in "abc" if schedule(conn, n)["expanded_until"] is not None] == ["a"]
         rest = Expander(db, "test-scanner").run(epochs, budget=60)
@@ -185,3 +188,26 @@ def test_a_time_boxed_pass_leaves_the_rest_for_the_next(dsn: str, conn: Conn) ->
         assert all(schedule(conn, n)["expanded_until"] is not None for n in "abc")
     finally:
         db.close()
+
+
+def test_a_scanner_pass_over_a_seconds_schedule_stays_within_its_lease(dsn: str, conn: Conn) -> None:
+    """`* * * * * *` with a 7-day horizon: a pass computes about a thousand occurrences (not the
+    604,800 of the window), files them in writes of a hundred, renews the leases between them and
+    stops at a quarter of the lease; the next ticks go on. No write is ever refused (PS409)."""
+    add_schedule(conn, "every-second", "* * * * * *", horizon=timedelta(days=7))
+    add_schedule(conn, "other", "*/5 * * * *")
+    scanner = Scanner(dsn, ScannerOptions(name="s1", lease=2, listen=False, install_signal_handlers=False))
+    try:
+        scanner.tick()
+        assert scanner.stats.computed <= 2 * MAX_FIRES_PER_EXPANSION + 200
+        first = schedule(conn, "every-second")["expanded_until"]
+        assert first is not None
+        ahead = first - conn.execute("SELECT now() AS n").fetchone()["n"]  # type: ignore[index]
+        assert timedelta(seconds=FIRES_PER_WRITE - 5) <= ahead <= timedelta(seconds=MAX_FIRES_PER_EXPANSION)
+        deadline = time.monotonic() + 120
+        while schedule(conn, "other")["expanded_until"] is None:
+            assert time.monotonic() < deadline, "the other schedule was never expanded"
+            scanner.tick()
+        assert scanner.stats.rejected == 0
+    finally:
+        scanner._shutdown()
