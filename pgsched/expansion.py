@@ -218,10 +218,11 @@ class Expander:
         rows = self._db.call(lambda c: _due_schedules(c, sorted(epochs)))
         for index, row in enumerate(rows):
             shard = int(row["shard"])
-            if index and time.monotonic() >= self._deadline:  # the first one always goes: every pass gets somewhere
-                result.unfinished = True
-                break
-            self._renew()
+            if index:  # the first one always goes (every pass gets somewhere), under the epochs it was given
+                if time.monotonic() >= self._deadline:
+                    result.unfinished = True
+                    break
+                self._renew()
             if shard in result.lost or shard not in self._epochs:
                 continue
             try:

@@ -10,8 +10,9 @@
 -- keeps the most recent missed one, 'all' the misfire_cap most recent missed
 -- ones; on-time occurrences never count against the cap and are never
 -- dropped by it. A missed occurrence is decided once (its occurrence row says
--- 'misfire_fired' or 'skipped_misfire'), and not before its schedule is
--- expanded up to now, so the policy sees the whole missed window. Then the
+-- 'misfire_fired' or 'skipped_misfire'), and, while the schedule is enabled,
+-- not before it is expanded up to now, so the policy sees the whole missed
+-- window. Then the
 -- concurrency policy, when another run of the schedule is queued or running:
 -- 'allow' promotes anyway; under 'skip', 'queue' and 'replace' the catch-up
 -- runs ('misfire_fired') go one after another, each waiting for the previous
@@ -81,12 +82,13 @@ BEGIN
         IF v_occ.schedule = ANY(v_waiting) AND v_decision IN ('misfire_fired', 'queued') THEN
             CONTINUE;
         END IF;
-        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace, s.expanded_until INTO v_sched
+        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace, s.expanded_until, s.enabled
+        INTO v_sched
         FROM pgsched.schedules s WHERE s.name = v_occ.schedule;
         v_policy := coalesce(v_sched.concurrency, 'allow');
 
         IF v_decision = 'fire' AND v_occ.run_at < v_now - v_sched.misfire_grace THEN
-            IF v_sched.expanded_until IS NULL OR v_sched.expanded_until < v_now THEN
+            IF v_sched.enabled AND (v_sched.expanded_until IS NULL OR v_sched.expanded_until < v_now) THEN
                 CONTINUE;  -- not expanded up to now: decide once the whole missed window is known
             END IF;
             -- Later missed occurrences still to run (on-time or queued ones do not count).

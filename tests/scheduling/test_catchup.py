@@ -152,3 +152,31 @@ def test_a_pass_over_a_seconds_schedule_is_bounded(db: Conn) -> None:
     late = expansion.plan(row, now - timedelta(days=30), now + timedelta(days=7), now)
     assert [d["decision"] for d in late.decisions].count("misfire_fired") == 100
     assert late.computed <= 5 * expansion.MAX_FIRES_PER_EXPANSION
+
+
+def test_missed_occurrences_wait_for_the_rest_of_the_missed_window(db: Conn) -> None:
+    """Expanded for the first hour, then nothing ran for three: promotion leaves the first hour's
+    missed occurrences undecided until the rest is expanded, then 'latest' keeps one in all."""
+    add_schedule(db, "tick", "*/5 * * * *", misfire_policy="latest", concurrency="allow")
+    expand(db, "tick", T0, T0 + timedelta(hours=1), T0 - timedelta(minutes=1))
+
+    assert promote(db, BACK) == 0
+    assert decisions(db, "tick") == {"fire": 12}
+
+    expand(db, "tick", T0 + timedelta(hours=1), BACK + timedelta(hours=1), BACK)
+    assert promote(db, BACK) == 1
+    assert [o["fire_at"] for o in occurrences(db, "tick") if o["decision"] == "misfire_fired"] == [MISSED[-1]]
+    assert decisions(db, "tick")["skipped_misfire"] == 35
+
+
+def test_a_paused_schedules_missed_occurrences_are_decided_not_left_waiting(db: Conn) -> None:
+    add_schedule(db, "tick", "*/5 * * * *", misfire_policy="latest", concurrency="allow")
+    expand(db, "tick", T0, T0 + timedelta(hours=1), T0 - timedelta(minutes=1))
+    db.execute("SELECT pgsched.pause_schedule('tick')")
+
+    promote(db, T0 + timedelta(minutes=32))
+    left = db.execute(
+        "SELECT count(*) AS n FROM pgsched.jobs WHERE schedule = 'tick' AND state = 'scheduled' AND run_at <= %s",
+        [T0 + timedelta(minutes=32)],
+    ).fetchone()
+    assert left == {"n": 0}
