@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from importlib import resources
+from zoneinfo import ZoneInfo
 
+import tzdata
 from cronsim import CronSim, CronSimError
 
 __all__ = [
+    "MACROS",
     "CronError",
     "Decision",
     "Dst",
@@ -22,9 +25,13 @@ __all__ = [
     "OverlapPolicy",
     "expand",
     "explain",
+    "iter_explain",
+    "last_fires",
     "next_fire",
     "select_misfires",
     "validate",
+    "zone",
+    "zone_source",
 ]
 
 # How an expression becomes instants. cronsim matches the expression against *naive* wall-clock
@@ -122,6 +129,16 @@ _OFFSET_SAMPLE = timedelta(days=1)
 _FIRST_PAGE = timedelta(minutes=1)
 _SECOND = timedelta(seconds=1)
 
+# Vixie cron's macros (all but @reboot, which names no instant), written as the fields they stand for.
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _ZONE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*")
 _HOST_ZONES = ("localtime", "posixrules", "posix/", "right/")  # host-specific or leap-second variants
 # (name, lowest, highest) of each field of the 6-field form; the 5-field form drops the first.
@@ -196,6 +213,54 @@ def explain(
     return [row for page in _pages(schedule, start, end, GapPolicy(gap), OverlapPolicy(overlap)) for row in page]
 
 
+def iter_explain(
+    expr: str,
+    tz: str,
+    start: datetime,
+    end: datetime,
+    *,
+    gap: GapPolicy = GapPolicy.RUN,
+    overlap: OverlapPolicy = OverlapPolicy.ONCE,
+) -> Iterator[tuple[Occurrence, str]]:
+    """`explain` computed lazily: rows are found page by page (pages double from one minute), so
+    a caller that stops after n fires has paid for at most about 2n, whatever the window."""
+    schedule = _compile(expr, tz)
+    for page in _pages(schedule, start, end, GapPolicy(gap), OverlapPolicy(overlap)):
+        yield from page
+
+
+def last_fires(
+    expr: str,
+    tz: str,
+    start: datetime,
+    end: datetime,
+    n: int,
+    *,
+    gap: GapPolicy = GapPolicy.RUN,
+    overlap: OverlapPolicy = OverlapPolicy.ONCE,
+) -> tuple[list[Occurrence], int]:
+    """The last ``n`` occurrences with ``start <= fire_at < end``, oldest first, and how many
+    occurrences were computed to find them.
+
+    Searches backwards from ``end`` in pages that double from one minute, so the cost follows
+    ``n``, not the length of the window (a year of a seconds schedule costs what 2n fires cost).
+    """
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    schedule = _compile(expr, tz)
+    lo, hi = _utc(start, "start"), _utc(end, "end")
+    found: list[Occurrence] = []
+    computed = 0
+    page = _FIRST_PAGE
+    while hi > lo and len(found) < n:
+        begin = lo if hi - lo <= page else hi - page
+        rows = _explain_window(schedule, _WallCursor(schedule.expr), begin, hi, GapPolicy(gap), OverlapPolicy(overlap))
+        computed += len(rows)
+        found = [occurrence for occurrence, decision in rows if decision in _FIRING] + found
+        hi, page = begin, page * 2
+    return (found[-n:] if n else []), computed
+
+
 def next_fire(
     expr: str,
     tz: str,
@@ -235,7 +300,8 @@ def _compile(expr: str, tz: str) -> _Schedule:
     """Check ``expr`` and ``tz``; raise `CronError` naming the problem."""
     if not isinstance(expr, str):
         raise CronError(f"cron expression must be a string, not {type(expr).__name__}")
-    zone = _zone(tz)
+    tz_zone = zone(tz)
+    expr = MACROS.get(expr.strip().lower(), expr)
     fields = expr.split()
     try:
         CronSim(expr, datetime(2000, 1, 1))
@@ -243,17 +309,36 @@ def _compile(expr: str, tz: str) -> _Schedule:
         raise CronError(f"invalid cron expression {expr!r}: {_explain_error(fields, str(exc))}") from None
     minute, hour = fields[-5], fields[-4]
     fixed = not minute.startswith("*") and not hour.startswith("*")
-    return _Schedule(expr=expr, zone=zone, fixed=fixed, has_seconds=len(fields) == 6)
+    return _Schedule(expr=expr, zone=tz_zone, fixed=fixed, has_seconds=len(fields) == 6)
 
 
-def _zone(tz: str) -> ZoneInfo:
-    """The zone for an IANA key such as ``Europe/Berlin``, ``UTC`` or ``Etc/GMT-5``."""
-    if not isinstance(tz, str) or not _ZONE_KEY.fullmatch(tz) or tz.startswith(_HOST_ZONES):
+def zone(tz: str) -> ZoneInfo:
+    """The zone for an IANA key such as ``Europe/Berlin``, ``UTC`` or ``Etc/GMT-5``, read from the
+    pinned ``tzdata`` package, never from the host's zone files: every scanner computes the same
+    instants whatever its host's zone database. Raises `CronError` for an unknown key."""
+    if not isinstance(tz, str):
         raise CronError(f"unknown time zone {tz!r} (expected an IANA key such as 'Europe/Berlin')")
+    return _zone(tz)
+
+
+def zone_source() -> str:
+    """Where zones come from: the tzdata package and its version (IANA release)."""
+    return f"tzdata {tzdata.IANA_VERSION}"
+
+
+@lru_cache(maxsize=1024)
+def _zone(tz: str) -> ZoneInfo:
+    if not _ZONE_KEY.fullmatch(tz) or tz.startswith(_HOST_ZONES) or tz in ("Factory",):
+        raise CronError(f"unknown time zone {tz!r} (expected an IANA key such as 'Europe/Berlin')")
+    node = resources.files("tzdata.zoneinfo").joinpath(*tz.split("/"))
     try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise CronError(f"unknown time zone {tz!r}") from None
+        with node.open("rb") as data:
+            if data.read(4) != b"TZif":
+                raise ValueError("not a TZif file")
+            data.seek(0)
+            return ZoneInfo.from_file(data, key=tz)
+    except (ValueError, OSError):
+        raise CronError(f"unknown time zone {tz!r} (not in tzdata {tzdata.IANA_VERSION})") from None
 
 
 def _explain_error(fields: list[str], reason: str) -> str:
@@ -261,7 +346,7 @@ def _explain_error(fields: list[str], reason: str) -> str:
     if not fields:
         return "it is empty"
     if fields[0].startswith("@"):
-        return "'@' aliases are not supported; write the fields, e.g. '0 0 * * *' for @daily"
+        return f"the only '@' macros are {', '.join(MACROS)} (@reboot names no instant)"
     if len(fields) not in (5, 6):
         return (
             f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, got {len(fields)}"

@@ -11,7 +11,6 @@ lease has every write rejected by the epoch (SQLSTATE PS409).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -22,13 +21,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from pgsched import cron
 from pgsched.dbconn import Reconnecting
+from pgsched.expansion import MAX_FIRES_PER_EXPANSION, Expander, plan_occurrences
 from pgsched.listener import Listener
 from pgsched.vacuumer import Vacuumer
 
@@ -36,7 +33,7 @@ log = logging.getLogger(__name__)
 
 LEASE_LOST = "PS409"
 SCHEDULED_CHANNEL = "pgsched_scheduled"
-MAX_FIRES_PER_EXPANSION = 1000
+__all__ = ["MAX_FIRES_PER_EXPANSION", "Scanner", "ScannerOptions", "ScannerStats", "plan_occurrences"]
 
 
 @dataclass(kw_only=True)
@@ -68,6 +65,7 @@ class ScannerStats:
     promoted: int = 0
     expired: int = 0
     occurrences: int = 0
+    computed: int = 0  # cron occurrences computed by expansion passes
     rejected: int = 0
     owned: list[int] = field(default_factory=list)
 
@@ -93,6 +91,7 @@ class Scanner:
         self._notified = threading.Event()
         self._db = Reconnecting(dsn, purpose=f"scanner {self.name}", stop=self._stop, prepare=self.options.prepare)
         self._shards: dict[int, _Shard] = {}
+        self._expander = Expander(self._db, self.name, keep_alive=self._keep_alive)
         self._next_renew = 0.0
         self._next_expand = 0.0
         self._next_maintain = 0.0
@@ -158,7 +157,8 @@ class Scanner:
         if self._notified.is_set():
             self._notified.clear()
             self._refresh_due()
-        if self._next_expand == 0.0:
+        expanded = self._next_expand == 0.0
+        if expanded:
             # Shards just gained: decide the occurrences missed while nobody held them before
             # promoting the ones expanded earlier, so the misfire policy sees all of them at once.
             self._expand(now)
@@ -166,7 +166,7 @@ class Scanner:
             if shard.due <= now or shard.next_scan <= now:
                 self._scan(shard_no, shard)
         now = time.monotonic()
-        if now >= self._next_expand:
+        if now >= self._next_expand and not expanded:  # one time-boxed pass per tick: renewals come first
             self._expand(now)
         if now >= self._next_maintain:
             self._next_maintain = now + self.options.maintain_interval
@@ -211,6 +211,12 @@ class Scanner:
                 self._next_expand = 0.0
         self.stats.owned = self.owned
         self._next_renew = time.monotonic() + self.options.lease / 3
+
+    def _keep_alive(self) -> dict[int, int]:
+        """Between an expansion pass's writes: renew the leases when due; the epochs held now."""
+        if time.monotonic() >= self._next_renew:
+            self._renew()
+        return {shard_no: shard.epoch for shard_no, shard in self._shards.items()}
 
     def _refresh_due(self) -> None:
         if not self._shards:
@@ -265,57 +271,22 @@ class Scanner:
     # -- schedules -------------------------------------------------------
 
     def expand_schedules(self) -> int:
-        """Expand the schedules of owned shards that need it; returns the number of jobs created."""
+        """Expand the schedules of owned shards that need it; returns the number of jobs created.
+
+        A pass is time-boxed to a quarter of the lease, so the scanner renews its leases in
+        time; schedules left over are expanded at the next tick.
+        """
         if not self._shards:
             return 0
-        created = 0
-        rows = self._db.call(lambda c: _due_schedules(c, self.owned))
-        for row in rows:
-            shard = self._shards.get(row["shard"])
-            if shard is None:
-                continue
-            try:
-                created += self._expand_one(row, shard.epoch)
-            except psycopg.Error as exc:
-                if exc.sqlstate == LEASE_LOST:
-                    self._lost(row["shard"], exc)
-                    continue
-                raise
-        self.stats.occurrences += created
-        return created
-
-    def _expand_one(self, row: dict[str, Any], epoch: int) -> int:
-        name = row["name"]
-        db_now: datetime = row["db_now"]
-        if not row["enabled"]:
-            plan: list[dict[str, Any]] = []
-            start = until = db_now
-        else:
-            changed = row["expanded_version"] != row["version"]
-            start = db_now if changed or row["expanded_until"] is None else row["expanded_until"]
-            until = db_now + row["horizon"]
-            try:
-                plan, until = plan_occurrences(row, start, until, db_now)
-            except cron.CronError as exc:
-                message = str(exc)
-                log.error("schedule %s cannot be expanded: %s", name, message)
-                self._db.call(
-                    lambda c: c.execute(
-                        "SELECT pgsched.schedule_error(%s, %s, %s, %s, %s, %s)",
-                        (self.name, row["shard"], epoch, name, row["version"], message),
-                    )
-                )
-                return 0
-        result = self._db.call(
-            lambda c: c.execute(
-                "SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s)",
-                (self.name, row["shard"], epoch, name, row["version"], json.dumps(plan), start, until),
-            ).fetchone()
-        )
-        created = int(result[0]) if result else 0
-        if created:
-            log.debug("schedule %s: %d occurrences up to %s", name, created, until)
-        return created
+        epochs = {shard_no: shard.epoch for shard_no, shard in self._shards.items()}
+        result = self._expander.run(epochs, budget=self.options.lease / 4)
+        for shard_no, exc in result.lost.items():
+            self._lost(shard_no, exc)
+        if result.unfinished:
+            self._next_expand = time.monotonic()
+        self.stats.occurrences += result.created
+        self.stats.computed += result.computed
+        return result.created
 
     # -- shutdown --------------------------------------------------------
 
@@ -339,93 +310,3 @@ def _due_monotonic(due: datetime | None, db_now: datetime, mono_now: float) -> f
     if due is None:
         return float("inf")
     return mono_now + max(0.0, (due - db_now).total_seconds())
-
-
-def _due_schedules(conn: psycopg.Connection[Any], shards: list[int]) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(
-            """
-            SELECT name, cron, timezone, enabled, gap_policy, overlap_policy, misfire_policy, misfire_cap,
-                   misfire_grace, horizon, shard, version, expanded_version, expanded_until,
-                   clock_timestamp() AS db_now
-            FROM pgsched.schedules
-            WHERE shard = ANY(%s)
-              AND (expanded_version <> version
-                   OR (enabled AND (expanded_until IS NULL OR expanded_until < clock_timestamp() + horizon / 2)))
-            ORDER BY name
-            """,
-            (shards,),
-        ).fetchall()
-
-
-def plan_occurrences(
-    schedule: dict[str, Any], start: datetime, end: datetime, now: datetime
-) -> tuple[list[dict[str, Any]], datetime]:
-    """Decide every occurrence of a schedule in [start, end): which fire, which are skipped and why.
-
-    Returns the decisions (as add_occurrences() takes them) and the instant the
-    expansion really reached (earlier than ``end`` when more than
-    MAX_FIRES_PER_EXPANSION occurrences fall in the window).
-    """
-    expr, tz = schedule["cron"], schedule["timezone"]
-    rows = cron.explain(
-        expr,
-        tz,
-        start,
-        end,
-        gap=cron.GapPolicy(schedule["gap_policy"]),
-        overlap=cron.OverlapPolicy(schedule["overlap_policy"]),
-    )
-    firing = {cron.Decision.FIRE.value, cron.Decision.FIRE_OVERLAP_SECOND.value}
-    fires = [occ for occ, decision in rows if decision in firing]
-    if len(fires) > MAX_FIRES_PER_EXPANSION:
-        end = fires[MAX_FIRES_PER_EXPANSION].fire_at
-        rows = [(occ, decision) for occ, decision in rows if occ.fire_at < end]
-        fires = fires[:MAX_FIRES_PER_EXPANSION]
-
-    grace: timedelta = schedule["misfire_grace"]
-    missed = [occ for occ in fires if occ.fire_at < now - grace]
-    chosen = {
-        occ.fire_at
-        for occ in cron.select_misfires(missed, cron.MisfirePolicy(schedule["misfire_policy"]), schedule["misfire_cap"])
-    }
-    missed_at = {occ.fire_at for occ in missed}
-
-    plan: list[dict[str, Any]] = []
-    for occ, decision in rows:
-        entry: dict[str, Any] = {"fire_at": occ.fire_at.isoformat(), "nominal": occ.nominal, "dst": occ.dst}
-        if decision in firing:
-            if occ.fire_at in missed_at:
-                if occ.fire_at in chosen:
-                    entry["decision"] = "misfire_fired"
-                    entry["reason"] = (
-                        f"missed (due {occ.fire_at.isoformat()}); misfire policy {schedule['misfire_policy']}"
-                    )
-                else:
-                    entry["decision"] = "skipped_misfire"
-                    entry["reason"] = f"missed while no scanner ran; misfire policy {schedule['misfire_policy']}"
-            else:
-                entry["decision"] = "fire"
-                if occ.dst:
-                    entry["reason"] = _dst_reason(occ, schedule)
-        elif decision == cron.Decision.SKIPPED_GAP.value:
-            entry["decision"] = "skipped_gap"
-            entry["reason"] = f"{occ.nominal} does not exist in {tz} (DST gap); gap policy skip"
-        elif decision == cron.Decision.SKIPPED_OVERLAP.value:
-            entry["decision"] = "skipped_dst_overlap"
-            entry["reason"] = f"{occ.nominal} happens twice in {tz} (DST overlap); overlap policy once"
-        else:
-            continue  # merged into another occurrence at the same instant
-        plan.append(entry)
-    # Fires first at a shared instant, so the decision recorded there is the fire.
-    plan.sort(key=lambda e: (e["fire_at"], e["decision"] not in ("fire", "misfire_fired")))
-    return plan, end
-
-
-def _dst_reason(occ: cron.Occurrence, schedule: dict[str, Any]) -> str:
-    tz = schedule["timezone"]
-    if occ.dst == cron.Dst.GAP_SHIFTED:
-        return f"{occ.nominal} does not exist in {tz} (DST gap); gap policy run: fires at {occ.local.isoformat()}"
-    if occ.dst == cron.Dst.OVERLAP_SECOND:
-        return f"{occ.nominal} happens twice in {tz}; overlap policy twice: second pass"
-    return f"{occ.nominal} happens twice in {tz}; first pass"

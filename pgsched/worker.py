@@ -30,6 +30,7 @@ from pgsched.completer import Completer
 from pgsched.dbconn import Reconnecting
 from pgsched.errors import ConfigurationError
 from pgsched.executor import Executor
+from pgsched.expansion import ScheduleKeeper
 from pgsched.heartbeater import Heartbeater
 from pgsched.job import ClaimedJob, JobContext
 from pgsched.listener import Listener
@@ -57,7 +58,7 @@ class WorkerOptions:
     name: str | None = None
     labels: Sequence[str] = ()
     listen: bool = True
-    housekeeping: bool = True  # promote due jobs and expire dead leases (also without a scanner)
+    housekeeping: bool = True  # promote due jobs, expire dead leases, expand schedules (also without a scanner)
     vacuum_interval: float = 5.0  # vacuum/analyze pgsched.jobs' partitions when needed (0: leave it to autovacuum)
     prepare: bool = True  # server-side prepared statements (off behind PgBouncer < 1.21)
     install_signal_handlers: bool = True
@@ -116,6 +117,7 @@ class Worker:
         self._heartbeater: Heartbeater | None = None
         self._listener: Listener | None = None
         self._vacuumer: Vacuumer | None = None
+        self._keeper: ScheduleKeeper | None = None  # expands schedules on shards no scanner holds
         self._claim_db: Reconnecting | None = None
         self._next_housekeeping = 0.0
         self._next_expiry = 0.0
@@ -190,6 +192,9 @@ class Worker:
         if opts.housekeeping and opts.vacuum_interval > 0:
             self._vacuumer = Vacuumer(dsn, interval=opts.vacuum_interval, purpose=f"worker {self.name}")
             self._vacuumer.start()
+        if opts.housekeeping:
+            self._keeper = ScheduleKeeper(dsn, self.name, prepare=opts.prepare)
+            self._keeper.start()
         self._executor.start()
         self._completer.start()
         self._heartbeater.start()
@@ -478,6 +483,8 @@ class Worker:
             self._listener.close()
         if self._vacuumer is not None:
             self._vacuumer.close()
+        if self._keeper is not None:
+            self._keeper.close()
         self._executor.shutdown()
         self._giving_up.set()
         if self._claim_db is not None:

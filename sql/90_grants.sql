@@ -33,7 +33,7 @@ GRANT EXECUTE ON FUNCTION
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
-    pgsched.schedule_error, pgsched.vacuum_candidates
+    pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards
     TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,

@@ -11,6 +11,9 @@
 \ir functions/_check_job.sql
 \ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
+\ir functions/_cron_value.sql
+\ir functions/_cron_field.sql
+\ir functions/_check_schedule.sql
 \ir functions/_check_tenant.sql
 \ir functions/_ensure_day_partition.sql
 \ir functions/_event.sql
@@ -21,6 +24,7 @@
 \ir functions/_random_shard.sql
 \ir functions/_tenant_visible.sql
 \ir functions/_withdraw.sql
+\ir functions/acquire_idle_shards.sql
 \ir functions/acquire_shards.sql
 \ir functions/add_occurrences.sql
 \ir functions/cancel.sql

@@ -225,7 +225,75 @@ def check_processes(conn: psycopg.Connection[dict[str, Any]]) -> list[Check]:
         detail = f"{scanners['n']} live" + (f"; {orphaned['n']} shards without a live owner" if orphaned["n"] else "")
         checks.append(Check("scanners", OK if not orphaned["n"] else WARN, detail))
     else:
-        checks.append(Check("scanners", WARN, "no live scanner: workers promote and expire by themselves (slower)"))
+        checks.append(
+            Check(
+                "scanners",
+                WARN,
+                "no live scanner: workers with housekeeping promote, expire and expand schedules themselves (slower)",
+            )
+        )
+    return checks
+
+
+def check_schedules(conn: psycopg.Connection[dict[str, Any]], margin: timedelta = timedelta(minutes=1)) -> list[Check]:
+    """Schedules that nobody expands (their next fire time passed with no occurrence filed) or that cannot be."""
+    rows = conn.execute(
+        """
+        SELECT s.name, s.shard, s.last_error,
+               s.last_error IS NULL AND (s.expanded_until IS NULL OR s.expanded_until < now() - %(margin)s)
+                   AND s.created_at < now() - %(margin)s AS stale,
+               l.owner IS NOT NULL AND l.expires_at > now() AS held, l.owner
+        FROM pgsched.schedules s
+        JOIN pgsched.shard_leases l ON l.shard = s.shard
+        WHERE s.enabled OR s.last_error IS NOT NULL
+        ORDER BY s.name
+        """,
+        {"margin": margin},
+    ).fetchall()
+    if not rows:
+        return [Check("schedules", OK, "no enabled schedule")]
+    checks: list[Check] = []
+    broken = [r for r in rows if r["last_error"]]
+    if broken:
+        shown = "; ".join(f"{r['name']}: {r['last_error']}" for r in broken[:3])
+        checks.append(
+            Check(
+                "schedule errors",
+                FAIL,
+                f"{len(broken)} schedules cannot be expanded and never fire ({shown}); fix them with"
+                " `pgsched schedules add` (an edit clears the error)",
+                {"schedules": [r["name"] for r in broken]},
+            )
+        )
+    stale = [r for r in rows if r["stale"]]
+    orphaned = [r for r in rows if not r["held"] and not r["last_error"]]
+    if stale:
+        who = (
+            "nobody holds their shards: start a scanner, or a worker with housekeeping"
+            if any(not r["held"] for r in stale)
+            else f"their shards are held ({', '.join(sorted({str(r['owner']) for r in stale}))}) but not expanded"
+        )
+        names = ", ".join(r["name"] for r in stale[:5])
+        checks.append(
+            Check(
+                "schedules expanded",
+                FAIL,
+                f"{len(stale)} schedules passed their next fire time with no occurrence filed ({names}): {who}",
+                {"schedules": [r["name"] for r in stale]},
+            )
+        )
+    elif orphaned:
+        checks.append(
+            Check(
+                "schedules expanded",
+                WARN,
+                f"{len(orphaned)} schedules are on shards nobody holds (no scanner, no worker with housekeeping):"
+                " they will not fire",
+                {"schedules": [r["name"] for r in orphaned]},
+            )
+        )
+    else:
+        checks.append(Check("schedules expanded", OK, f"{len(rows) - len(broken)} schedules expanded ahead"))
     return checks
 
 
@@ -254,6 +322,7 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
         checks.append(check_dead_tuples(conn, limits))
         checks += check_jobs(conn, limits)
         checks += check_processes(conn)
+        checks += check_schedules(conn)
         checks.append(check_notify_queue(conn))
     return checks
 
@@ -293,8 +362,9 @@ def doctor(
     as_json: bool,
 ) -> None:
     """Check the database pgsched runs on: connection, schema, LISTEN, the xmin horizon and who holds it,
-    idle transactions, dead rows, expired leases, the oldest due job, live workers and scanners, and the
-    NOTIFY queue. Exits 1 when a check fails (warnings do not)."""
+    idle transactions, dead rows, expired leases, the oldest due job, live workers and scanners, schedules
+    that nobody expands or that cannot be expanded, and the NOTIFY queue. Exits 1 when a check fails (warnings
+    do not)."""
     limits = Limits(max_xact_age, max_idle_xact, max_due_age, max_dead_ratio)
     checks = run_checks(state(ctx).resolve(), limits)
     if as_json:

@@ -55,6 +55,8 @@ def schedules() -> None:
     show_default=True,
     help="When the previous run is still going.",
 )
+@click.option("--label", "labels", multiple=True, help="A label its jobs require of a worker (repeatable).")
+@click.option("--tenant", default=None, help="The tenant its jobs belong to.")
 @click.option("--paused", is_flag=True, help="Create it paused.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -74,6 +76,8 @@ def add(
     misfire: str,
     misfire_cap: int,
     concurrency: str,
+    labels: tuple[str, ...],
+    tenant: str | None,
     paused: bool,
     as_json: bool,
 ) -> None:
@@ -95,7 +99,7 @@ def add(
             "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s::jsonb,"
             " timezone => %s, queue => %s, priority => %s, max_attempts => %s, gap_policy => %s,"
             " overlap_policy => %s, misfire_policy => %s, misfire_cap => %s, concurrency => %s,"
-            " enabled => %s, source => 'cli') AS version",
+            " enabled => %s, labels => %s::text[], tenant => %s, source => 'cli') AS version",
             (
                 name,
                 cron,
@@ -111,6 +115,8 @@ def add(
                 misfire_cap,
                 concurrency,
                 not paused,
+                list(labels),
+                tenant,
             ),
         ).fetchone()
     version = row["version"] if row else None

@@ -2,13 +2,18 @@
 -- contract: a schedule lives on the shard of its name; any change to what a
 -- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
 -- its version, so the next scan withdraws the occurrences expanded under the
--- old version and expands the new one. Works for plain INSERT/UPDATE too.
+-- old version and expands the new one. Works for plain INSERT/UPDATE too,
+-- which are refused what upsert_schedule refuses (_check_schedule).
 CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
+    IF TG_OP = 'INSERT' OR (NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args)
+                           IS DISTINCT FROM (OLD.cron, OLD.priority, OLD.max_attempts, OLD.labels, OLD.tenant, OLD.args) THEN
+        PERFORM pgsched._check_schedule(NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args);
+    END IF;
     NEW.shard := pgsched._shard_for_key(NEW.name);
     IF TG_OP = 'INSERT' THEN
         NEW.version := 1;

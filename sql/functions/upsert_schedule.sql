@@ -2,7 +2,8 @@
 -- contract: creates the schedule `name`, or updates it when it exists (an
 -- update that changes what it fires takes effect at the next scan: future
 -- occurrences expanded under the old definition are withdrawn and replaced).
--- Returns the schedule's version afterwards.
+-- Returns the schedule's version afterwards. Refuses (with the reason) a
+-- schedule that could never be expanded: see _check_schedule.
 CREATE OR REPLACE FUNCTION pgsched.upsert_schedule(
     name           text,
     cron           text,
@@ -28,6 +29,8 @@ RETURNS integer
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+    SELECT pgsched._check_schedule(upsert_schedule.cron, upsert_schedule.priority, upsert_schedule.max_attempts,
+                                   upsert_schedule.labels, upsert_schedule.tenant, upsert_schedule.args);
     INSERT INTO pgsched.schedules AS s
         (name, cron, task, args, timezone, queue, priority, max_attempts, gap_policy, overlap_policy,
          misfire_policy, misfire_cap, misfire_grace, concurrency, enabled, horizon, labels, tenant, source, shard)

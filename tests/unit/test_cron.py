@@ -6,6 +6,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -58,14 +59,19 @@ def test_public_api_is_pinned() -> None:
         "Decision",
         "Dst",
         "GapPolicy",
+        "MACROS",
         "MisfirePolicy",
         "Occurrence",
         "OverlapPolicy",
         "expand",
         "explain",
+        "iter_explain",
+        "last_fires",
         "next_fire",
         "select_misfires",
         "validate",
+        "zone",
+        "zone_source",
     ]
     assert [p.value for p in GapPolicy] == ["run", "skip"]
     assert [p.value for p in OverlapPolicy] == ["once", "twice"]
@@ -397,7 +403,8 @@ def test_next_fire_sub_second_and_far() -> None:
         ("0 0 15W * *", "UTC", "cannot parse day-of-month field '15W'"),
         ("", "UTC", "invalid cron expression '': it is empty"),
         ("   ", "UTC", "it is empty"),
-        ("@daily", "UTC", "'@' aliases are not supported"),
+        ("@reboot", "UTC", "the only '@' macros are @yearly"),
+        ("@fortnightly", "UTC", "the only '@' macros are @yearly"),
         ("* * * *", "UTC", "expected 5 fields (minute hour day-of-month month day-of-week) or 6"),
         ("0 0 * * * * *", "UTC", "got 7"),
         ("0 0 * * *", "Mars/Base", "unknown time zone 'Mars/Base'"),
@@ -501,3 +508,79 @@ def _seconds(call: Callable[[], object]) -> float:
     began = time.perf_counter()
     call()
     return time.perf_counter() - began
+
+
+# --- macros, zones from tzdata, bounded searches -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("macro", "fields"),
+    [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@hourly", "0 * * * *"),
+    ],
+)
+def test_vixie_macros_fire_as_the_fields_they_stand_for(macro: str, fields: str) -> None:
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    end = start + timedelta(days=800)
+    validate(macro, "Europe/Berlin")
+    assert expand(macro, "Europe/Berlin", start, end) == expand(fields, "Europe/Berlin", start, end)
+
+
+def test_zones_come_from_the_tzdata_package_not_the_host(tmp_path: Path) -> None:
+    import zoneinfo
+
+    import tzdata
+
+    assert cron.zone_source() == f"tzdata {tzdata.IANA_VERSION}"
+    # A host whose zone database says Berlin is UTC+14 all year: cron.py does not read it.
+    fake = tmp_path / "zoneinfo"
+    (fake / "Europe").mkdir(parents=True)
+    (fake / "Europe" / "Berlin").write_bytes((files_of_tzdata() / "Pacific" / "Kiritimati").read_bytes())
+    zoneinfo.reset_tzpath([str(fake)])
+    try:
+        assert zoneinfo.ZoneInfo.no_cache("Europe/Berlin").utcoffset(datetime(2026, 1, 1)) == timedelta(hours=14)
+        cron._zone.cache_clear()
+        cron._compile.cache_clear()
+        [occurrence] = expand(
+            "0 9 * * *", "Europe/Berlin", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 6, tzinfo=UTC)
+        )
+        assert occurrence.fire_at == datetime(2026, 1, 5, 8, 0, tzinfo=UTC)  # UTC+1, as tzdata says
+    finally:
+        zoneinfo.reset_tzpath()
+        cron._zone.cache_clear()
+        cron._compile.cache_clear()
+    # A zone added to IANA in 2022 that older hosts lack is there, as tzdata has it.
+    assert cron.zone("America/Ciudad_Juarez").key == "America/Ciudad_Juarez"
+
+
+def files_of_tzdata() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("tzdata.zoneinfo")))
+
+
+def test_iter_explain_stops_after_what_was_asked() -> None:
+    # A seconds schedule over 7 days: 604,800 fires. Taking 1,001 computes at most about twice that.
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+    produced = 0
+    for produced, _row in enumerate(cron.iter_explain("* * * * * *", "UTC", start, start + timedelta(days=7)), 1):
+        if produced == 1001:
+            break
+    assert produced == 1001
+
+
+def test_last_fires_costs_what_it_returns_not_the_window() -> None:
+    end = datetime(2026, 6, 1, tzinfo=UTC)
+    found, computed = cron.last_fires("* * * * * *", "UTC", end - timedelta(days=365), end, 100)
+    assert [o.fire_at for o in found] == [end - timedelta(seconds=100 - i) for i in range(100)]
+    assert computed <= 200
+    yearly, computed = cron.last_fires("0 0 1 1 *", "UTC", end - timedelta(days=3650), end, 3)
+    assert [o.fire_at.year for o in yearly] == [2024, 2025, 2026]
+    none, _ = cron.last_fires("0 0 1 1 *", "UTC", end - timedelta(days=30), end, 3)
+    assert none == []
