@@ -51,6 +51,7 @@ CREATE TABLE pgsched.config (
     idempotency_retention interval    NOT NULL DEFAULT '14 days',
     partitions_ahead      integer     NOT NULL DEFAULT 3,
     audit                 boolean     NOT NULL DEFAULT true,
+    queue_history_retention interval  NOT NULL DEFAULT '30 days',
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),

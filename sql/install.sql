@@ -20,6 +20,7 @@
 \ir functions/acquire_shards.sql
 \ir functions/add_occurrences.sql
 \ir functions/cancel.sql
+\ir functions/cancel_many.sql
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/enqueue.sql
@@ -40,6 +41,8 @@
 \ir functions/resume_queue.sql
 \ir functions/resume_schedule.sql
 \ir functions/retry.sql
+\ir functions/retry_many.sql
+\ir functions/rollup_queue_history.sql
 \ir functions/scan_shard.sql
 \ir functions/schedule_error.sql
 \ir functions/schema_revision.sql
