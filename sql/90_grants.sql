@@ -22,6 +22,7 @@ GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
 GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
+GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
 GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters

@@ -27,6 +27,7 @@
 \ir functions/enqueue_many.sql
 \ir functions/expire_leases.sql
 \ir functions/fail.sql
+\ir functions/find_jobs.sql
 \ir functions/heartbeat.sql
 \ir functions/maintain.sql
 \ir functions/next_due.sql

@@ -1,6 +1,6 @@
 -- ops-ui: the per-minute queue rollup (pgsched.queue_minutes, read through the
 -- view pgsched.queue_history), the BRIN index it reads job_events by, and the
--- grants of rollup_queue_history, cancel_many and retry_many.
+-- grants of rollup_queue_history, find_jobs, cancel_many and retry_many.
 --
 -- Part 1 must run BEFORE the copied 40_views.sql (the view queue_history
 -- reads the table); part 2 AFTER the copied function files and 40_views.sql.
@@ -40,7 +40,9 @@ CREATE INDEX job_events_at_idx ON pgsched.job_events USING brin (at);
 -- == part 2 ==================================================================
 
 REVOKE ALL ON pgsched.queue_minutes FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION pgsched.rollup_queue_history, pgsched.cancel_many, pgsched.retry_many FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgsched.rollup_queue_history, pgsched.cancel_many, pgsched.retry_many,
+    pgsched.find_jobs FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.rollup_queue_history TO pgsched_worker;
 GRANT SELECT ON pgsched.queue_minutes, pgsched.queue_history TO pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.cancel_many, pgsched.retry_many TO pgsched_admin;

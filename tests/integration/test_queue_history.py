@@ -42,7 +42,8 @@ def test_a_scanner_rolls_up_finished_work(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         job_id = conn.execute("SELECT pgsched.enqueue('t', queue => 'scanned') AS id").fetchone()["id"]  # type: ignore[index]
         leased = conn.execute("SELECT * FROM pgsched.claim('w', ARRAY['scanned'], 1, '30 s')").fetchone()
-        assert leased is not None and leased["id"] == job_id
+        assert leased is not None
+        assert leased["id"] == job_id
         conn.execute("SELECT pgsched.complete(ARRAY[%s::bigint], ARRAY[%s::bigint])", [job_id, leased["lease_token"]])
     scanner = Scanner(dsn, ScannerOptions(install_signal_handlers=False, vacuum_interval=0, rollup_interval=0.2))
     thread = threading.Thread(target=scanner.run, daemon=True)

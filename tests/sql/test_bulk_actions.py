@@ -94,7 +94,7 @@ def test_two_bulk_cancels_of_overlapping_sets_do_not_deadlock(dsn: str, conn: Co
         try:
             with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as c:
                 results.append(cancel_many(c, order))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(ids,)), threading.Thread(target=run, args=(ids[::-1],))]

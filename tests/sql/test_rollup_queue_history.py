@@ -218,7 +218,8 @@ def test_maintain_keeps_day_partitions_of_the_rollup_and_drops_them_after_its_re
     assert {"queue_minutes_default", f"queue_minutes_p{stamp}"} <= days()
     run_job(conn, "q", now, now + S, now + 2 * S)
     rollup(conn, now=now + 3 * S)
-    assert scalar(conn, "SELECT tableoid::regclass::text FROM pgsched.queue_minutes") == f"pgsched.queue_minutes_p{stamp}"
+    where = scalar(conn, "SELECT tableoid::regclass::text FROM pgsched.queue_minutes")
+    assert where == f"pgsched.queue_minutes_p{stamp}"
     maintain(conn, now=now + timedelta(days=20))
     assert f"queue_minutes_p{stamp}" in days()  # 30 days by default, longer than the 14 of job_history
     assert scalar(conn, "SELECT count(*) FROM pgsched.queue_history") == 1
@@ -229,7 +230,9 @@ def test_maintain_keeps_day_partitions_of_the_rollup_and_drops_them_after_its_re
 
 
 def test_workers_roll_up_and_read_it_tenant_bound_sessions_and_enqueuers_do_not(
-    conn: Conn, make_role: MakeRole, m0: datetime  # noqa: F811
+    conn: Conn,
+    make_role: MakeRole,
+    m0: datetime,  # noqa: F811
 ) -> None:
     run_job(conn, "q", m0, m0 + S, m0 + 2 * S, tenant="A")
     with connect(make_role("pgsched_worker")) as worker:
