@@ -686,7 +686,8 @@ def bulk_confirm(view: View, data: Mapping[str, Any]) -> Safe:
     if view.read_only:
         decision = fmt('<p class="confirm">This dashboard is read-only.</p>')
     elif total == 0:
-        decision = fmt('<p class="confirm">No job matching these filters can be {v}ed.</p>', v=verb.rstrip("e"))
+        done = "cancelled" if verb == "cancel" else "retried"
+        decision = fmt('<p class="confirm">No job matching these filters can be {done}.</p>', done=done)
     elif data["too_many"]:
         decision = fmt(
             '<p class="confirm">More than {cap} jobs match: narrow the filters (a time range, a queue) '

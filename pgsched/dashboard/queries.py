@@ -136,7 +136,8 @@ LIMIT %(limit)s
 # Charts: the per-minute rollup (pgsched.queue_history) of one queue or of all
 # of them, in buckets of %(bucket)s over the last %(window)s. Counts add up;
 # depth is the largest sampled in the bucket; lag and run time percentiles the
-# worst of the bucket (percentiles of different minutes do not add up).
+# worst of the bucket (percentiles of different minutes do not add up). The
+# first bucket is the oldest of the window's whole ones, as charts.buckets lays them.
 HISTORY: Final[LiteralString] = """
 WITH minutes AS (
     SELECT h.minute,
@@ -148,7 +149,8 @@ WITH minutes AS (
            pg_catalog.max(h.lag_p50_s) AS lag_p50_s, pg_catalog.max(h.lag_p95_s) AS lag_p95_s,
            pg_catalog.max(h.run_p95_s) AS run_p95_s
     FROM pgsched.queue_history h
-    WHERE h.minute >= pg_catalog.now() - %(window)s::interval
+    WHERE h.minute >= pg_catalog.date_bin(%(bucket)s::interval, pg_catalog.now(), timestamptz '2000-01-01 00:00:00+00')
+                      - %(window)s::interval + %(bucket)s::interval
       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
     GROUP BY h.minute
 )
