@@ -66,9 +66,9 @@ def samples(points: Sequence[Mapping[str, Any]], key: str) -> list[float | None]
 
 # -- drawing -----------------------------------------------------------------
 
-WIDTH: Final = 560
-HEIGHT: Final = 170
-LEFT: Final = 46
+WIDTH: Final = 380
+HEIGHT: Final = 150
+LEFT: Final = 40
 RIGHT: Final = 8
 TOP: Final = 8
 BOTTOM: Final = 22

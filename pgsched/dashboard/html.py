@@ -279,7 +279,7 @@ form.filters input, form.filters select { font:inherit; font-size:13px; padding:
   border-radius:6px; background:#fff; color:var(--fg); }
 form.filters input.wide { width:260px; }
 .confirm { background:#fff8f8; border:1px solid #ffcecb; border-radius:6px; padding:12px 16px; margin:12px 0; }
-td.actions { width:1%; }
+td.act { width:1%; }
 """.strip()
 
 # Live charts: every few seconds, the section's fragment is fetched again from

@@ -730,9 +730,9 @@ def schedules(view: View, data: Mapping[str, Any]) -> Safe:
     # The pause/resume button sits by the status, never off the right edge;
     # the long cells (policies, errors) wrap instead of widening the table.
     columns = (
-        Column("name"),
+        Column("name", "wrap"),
         Column("status"),
-        Column("", "actions"),
+        Column("", "act"),
         Column("cron", "code"),
         Column("time zone"),
         Column("task"),

@@ -48,8 +48,8 @@ class Browser:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=open(Path(self._profile.name) / "stderr.log", "wb"),  # noqa: SIM115 - closed with the process
-            preexec_fn=wire,
-            pass_fds=(to_browser_r, from_browser_w),
+            preexec_fn=wire,  # only dup2 between fork and exec
+            close_fds=False,  # keep the dup2-ed 3 and 4 (other descriptors are not inheritable anyway)
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -122,6 +122,8 @@ class Browser:
         self.wait_for(f"document.readyState === 'complete' && location.href === {json.dumps(url)}")
 
     def click(self, x: float, y: float) -> None:
+        """A real left click at (x, y) in the viewport: whatever is on top there receives it."""
+        self.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=x, y=y)
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", session=True, type=kind, x=x, y=y, button="left", clickCount=1)
 

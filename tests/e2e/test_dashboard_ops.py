@@ -374,11 +374,11 @@ def test_in_a_browser_at_1400px_charts_live_updates_schedules_buttons(
     assert box["right"] <= box["width"], box  # inside the 1400 px viewport
     assert box["hit"], box  # nothing covers it: a click lands on the button
     assert box["scrollWidth"] <= box["clientWidth"] + 1, box  # the table does not scroll sideways
-    browser.screenshot(shots / "schedules-1400.png")
     browser.click(box["x"], box["y"])
-    browser.wait_for("location.search.includes('msg=')")
+    browser.wait_for("location.search.includes('msg=') && document.readyState === 'complete'")
     row = db.execute("SELECT enabled FROM pgsched.schedules WHERE name = %s", [name]).fetchone()
     assert row == {"enabled": False}
+    browser.screenshot(shots / "schedules-1400.png")  # with the flash line of the pause
 
     pages = {
         "overview": "/",
@@ -402,7 +402,7 @@ def test_in_a_browser_at_1400px_charts_live_updates_schedules_buttons(
     # Live: the queue page fetches its charts again and shows work finished after it was loaded.
     browser.open(f"{served.url}/queues/live?live=1")
     legend = "document.querySelector('[data-chart=throughput] .key b').textContent"
-    assert browser.evaluate(legend) == "—"  # nothing yet
+    assert browser.evaluate(legend) == "0"  # nothing yet
     for _ in range(3):
         job_id = enqueue(db, "t.live", queue="live")
         leased = claim(db, "live")
