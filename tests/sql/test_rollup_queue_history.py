@@ -231,8 +231,8 @@ def test_maintain_keeps_day_partitions_of_the_rollup_and_drops_them_after_its_re
 
 def test_workers_roll_up_and_read_it_tenant_bound_sessions_and_enqueuers_do_not(
     conn: Conn,
-    make_role: MakeRole,
-    m0: datetime,  # noqa: F811
+    make_role: MakeRole,  # noqa: F811
+    m0: datetime,
 ) -> None:
     run_job(conn, "q", m0, m0 + S, m0 + 2 * S, tenant="A")
     with connect(make_role("pgsched_worker")) as worker:
