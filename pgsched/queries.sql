@@ -55,6 +55,9 @@ SELECT pgsched.promote_due();
 -- name: expire_leases
 SELECT pgsched.expire_leases();
 
+-- name: rollup_queue_history
+SELECT pgsched.rollup_queue_history();
+
 -- name: maintain
 SELECT pgsched.maintain();
 

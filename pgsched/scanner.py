@@ -24,6 +24,7 @@ from types import FrameType
 
 import psycopg
 
+from pgsched import queries
 from pgsched.dbconn import Reconnecting
 from pgsched.expansion import MAX_FIRES_PER_EXPANSION, Expander, plan_occurrences
 from pgsched.listener import Listener
@@ -46,6 +47,7 @@ class ScannerOptions:
     max_sleep: float = 5.0  # upper bound on sleeping when nothing is due
     expansion_interval: float = 5.0  # schedules are checked for expansion this often
     maintain_interval: float = 3600.0
+    rollup_interval: float = 15.0  # per-minute queue history (pgsched.queue_history) is rolled up this often
     vacuum_interval: float = 5.0  # vacuum/analyze pgsched.jobs' partitions when needed (0: leave it to autovacuum)
     listen: bool = True
     prepare: bool = True
@@ -95,6 +97,7 @@ class Scanner:
         self._next_renew = 0.0
         self._next_expand = 0.0
         self._next_maintain = 0.0
+        self._next_rollup = 0.0
         self._listener: Listener | None = None
         self._vacuumer: Vacuumer | None = None
 
@@ -171,6 +174,9 @@ class Scanner:
         if now >= self._next_maintain:
             self._next_maintain = now + self.options.maintain_interval
             self._db.call(lambda c: c.execute("SELECT pgsched.maintain()"))
+        if now >= self._next_rollup:
+            self._next_rollup = now + self.options.rollup_interval
+            self._db.call(lambda c: c.execute(queries.ROLLUP_QUEUE_HISTORY))
         now = time.monotonic()
         wake_at = min(
             [self._next_renew, self._next_expand, now + self.options.max_sleep]

@@ -122,6 +122,7 @@ class Worker:
         self._next_housekeeping = 0.0
         self._next_expiry = 0.0
         self._next_maintain = 0.0
+        self._next_rollup = 0.0
         self._last_claim = 0.0
         self.metrics = WorkerMetrics(
             name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
@@ -345,6 +346,9 @@ class Worker:
         if now >= self._next_maintain:
             self._next_maintain = now + 3600
             conn.execute(queries.MAINTAIN)
+        if now >= self._next_rollup:
+            self._next_rollup = now + 60  # scanners roll up every 15 s; this covers a cluster without one
+            conn.execute(queries.ROLLUP_QUEUE_HISTORY)
 
     # -- callbacks from other threads -------------------------------------
 

@@ -52,6 +52,7 @@ CREATE TABLE pgsched.config (
     partitions_ahead      integer     NOT NULL DEFAULT 3,
     audit                 boolean     NOT NULL DEFAULT true,
     events                boolean     NOT NULL DEFAULT true,  -- NOTIFY pgsched_events per terminal transition
+    queue_history_retention interval  NOT NULL DEFAULT '30 days',
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),

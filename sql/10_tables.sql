@@ -154,3 +154,32 @@ CREATE TABLE pgsched.workers (
     running    integer     NOT NULL DEFAULT 0,
     version    text
 );
+
+-- Per-minute, per-queue rollup of finished work, failures, start lag, run time
+-- and depth: the source of charts over time (read it through the view
+-- pgsched.queue_history). Written only by pgsched.rollup_queue_history(),
+-- which scanners and workers call; partitioned by day like job_history.
+CREATE TABLE pgsched.queue_minutes (
+    minute           timestamptz NOT NULL,  -- start of the UTC minute
+    queue            text        NOT NULL,
+    completed        integer     NOT NULL DEFAULT 0,
+    failed           integer     NOT NULL DEFAULT 0,  -- failed runs sent back for another attempt
+    dead             integer     NOT NULL DEFAULT 0,
+    cancelled        integer     NOT NULL DEFAULT 0,
+    retried          integer     NOT NULL DEFAULT 0,  -- dead or cancelled jobs redriven by retry()
+    expired          integer     NOT NULL DEFAULT 0,  -- leases that expired
+    available        integer,                         -- depth sampled during the minute; NULL: not sampled
+    scheduled        integer,
+    running          integer,
+    oldest_due_age_s double precision,
+    lag_p50_s        double precision,                -- start lag (start - due) of the jobs finished
+    lag_p95_s        double precision,
+    lag_p99_s        double precision,
+    run_p50_s        double precision,                -- run time (finish - start) of the jobs finished
+    run_p95_s        double precision,
+    run_p99_s        double precision,
+    rolled_at        timestamptz NOT NULL,
+    CONSTRAINT queue_minutes_pkey PRIMARY KEY (minute, queue)
+) PARTITION BY RANGE (minute);
+COMMENT ON TABLE pgsched.queue_minutes IS
+    'Per-minute, per-queue rollup written by pgsched.rollup_queue_history(); read pgsched.queue_history.';

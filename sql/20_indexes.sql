@@ -23,6 +23,8 @@ CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
 CREATE INDEX job_history_finished_xid_idx ON pgsched.job_history (finished_xid);
 
 CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, seq);
+-- The per-minute rollup reads recent events by time; they arrive in order too.
+CREATE INDEX job_events_at_idx ON pgsched.job_events USING brin (at);
 
 -- Occurrences of recurring schedules: overlap policies look up a schedule's runs.
 CREATE INDEX jobs_schedule_idx ON pgsched.jobs (schedule)

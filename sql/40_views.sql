@@ -99,3 +99,19 @@ LEFT JOIN LATERAL (
 ) last ON true;
 COMMENT ON VIEW pgsched.schedule_status IS
     'Schedules with their next occurrence, runs in flight, the last outcome and any expansion error.';
+
+-- queue_history: the per-minute rollup (see rollup_queue_history), with the
+-- rates and failure totals charts draw. Counts are of the minute; depth and
+-- the oldest due age were sampled during it (NULL when nobody sampled);
+-- percentiles are of the jobs that finished in it. `final` says the minute
+-- was rolled up after it ended (its counts will not change).
+CREATE VIEW pgsched.queue_history AS
+SELECT m.minute, m.queue, m.completed, m.failed, m.dead, m.cancelled, m.retried, m.expired,
+       m.failed + m.dead + m.expired AS failures,
+       round((m.completed / 60.0)::numeric, 3)::double precision AS completed_per_s,
+       m.available, m.scheduled, m.running, m.oldest_due_age_s,
+       m.lag_p50_s, m.lag_p95_s, m.lag_p99_s, m.run_p50_s, m.run_p95_s, m.run_p99_s,
+       m.rolled_at, m.rolled_at >= m.minute + interval '70 seconds' AS final
+FROM pgsched.queue_minutes m;
+COMMENT ON VIEW pgsched.queue_history IS
+    'Per minute and queue: completed, failed (retried runs), dead, cancelled, redriven, expired leases, sampled depth, start-lag and run-time percentiles (seconds).';

@@ -23,6 +23,7 @@ GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsc
 
 GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
 GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
@@ -33,16 +34,17 @@ GRANT EXECUTE ON FUNCTION
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
-    pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards
+    pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards,
+    pgsched.rollup_queue_history
     TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
     pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
-    pgsched.schedule_status
+    pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history
     TO pgsched_worker;
 
-GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue,
+GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many, pgsched.pause_queue, pgsched.resume_queue,
     pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule
     TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
@@ -54,6 +56,7 @@ ALTER VIEW pgsched.queue_stats SET (security_invoker = true);
 ALTER VIEW pgsched.dead_letters SET (security_invoker = true);
 ALTER VIEW pgsched.workers_live SET (security_invoker = true);
 ALTER VIEW pgsched.schedule_status SET (security_invoker = true);
+ALTER VIEW pgsched.queue_history SET (security_invoker = true);
 
 ALTER TABLE pgsched.jobs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY jobs_tenant ON pgsched.jobs
@@ -64,4 +67,8 @@ CREATE POLICY job_history_tenant ON pgsched.job_history
     USING (pgsched._tenant_visible(tenant));
 ALTER TABLE pgsched.job_events ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_events_unscoped ON pgsched.job_events
+    USING (pgsched._tenant_visible(NULL));
+-- The rollup sums every tenant's work: only unconfined roles read it.
+ALTER TABLE pgsched.queue_minutes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes
     USING (pgsched._tenant_visible(NULL));

@@ -31,5 +31,6 @@ $$;
 
 CREATE TABLE pgsched.job_history_default PARTITION OF pgsched.job_history DEFAULT;
 CREATE TABLE pgsched.job_events_default PARTITION OF pgsched.job_events DEFAULT;
+CREATE TABLE pgsched.queue_minutes_default PARTITION OF pgsched.queue_minutes DEFAULT;
 
 SELECT pgsched.maintain();

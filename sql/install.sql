@@ -28,12 +28,14 @@
 \ir functions/acquire_shards.sql
 \ir functions/add_occurrences.sql
 \ir functions/cancel.sql
+\ir functions/cancel_many.sql
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/enqueue.sql
 \ir functions/enqueue_many.sql
 \ir functions/expire_leases.sql
 \ir functions/fail.sql
+\ir functions/find_jobs.sql
 \ir functions/heartbeat.sql
 \ir functions/maintain.sql
 \ir functions/next_due.sql
@@ -49,6 +51,8 @@
 \ir functions/resume_queue.sql
 \ir functions/resume_schedule.sql
 \ir functions/retry.sql
+\ir functions/retry_many.sql
+\ir functions/rollup_queue_history.sql
 \ir functions/scan_shard.sql
 \ir functions/schedule_error.sql
 \ir functions/schema_revision.sql

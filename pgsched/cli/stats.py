@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,6 +18,7 @@ from pgsched.cli.common import (
     emit_json,
     emit_table,
     handle_errors,
+    parse_duration,
     state,
     to_jsonable,
 )
@@ -29,6 +30,23 @@ if TYPE_CHECKING:
 Conn = psycopg.Connection[dict[str, Any]]
 
 QUEUE_STATS = "SELECT * FROM pgsched.queue_stats ORDER BY queue"
+
+# Per queue over a window, from the per-minute rollup (pgsched.queue_history).
+QUEUE_HISTORY = """
+SELECT h.queue,
+       pg_catalog.sum(h.completed)::bigint AS completed, pg_catalog.sum(h.failed)::bigint AS failed,
+       pg_catalog.sum(h.dead)::bigint AS dead, pg_catalog.sum(h.cancelled)::bigint AS cancelled,
+       pg_catalog.sum(h.retried)::bigint AS retried, pg_catalog.sum(h.expired)::bigint AS expired,
+       round(pg_catalog.sum(h.completed) / (EXTRACT(EPOCH FROM %(since)s::interval) / 60), 2)::double precision
+           AS completed_per_min,
+       pg_catalog.max(h.lag_p95_s) AS lag_p95_max_s, pg_catalog.max(h.run_p95_s) AS run_p95_max_s,
+       pg_catalog.max(h.available)::bigint AS available_max,
+       pg_catalog.min(h.minute) AS first_minute, pg_catalog.max(h.minute) AS last_minute
+FROM pgsched.queue_history h
+WHERE h.minute >= pg_catalog.now() - %(since)s::interval
+GROUP BY h.queue
+ORDER BY h.queue
+"""
 
 WORKERS = """
 SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.started_at, w.last_seen,
@@ -61,8 +79,21 @@ RECENT_HEADINGS = {
     "lag_p95_s": "lag p95",
     "lag_p99_s": "lag p99",
 }
+SINCE_HEADINGS = {
+    "queue": "queue",
+    "completed": "completed",
+    "completed_per_min": "per min",
+    "failed": "failed (retrying)",
+    "dead": "dead",
+    "cancelled": "cancelled",
+    "retried": "redriven",
+    "expired": "leases expired",
+    "lag_p95_max_s": "worst lag p95",
+    "run_p95_max_s": "worst run p95",
+    "available_max": "peak available",
+}
 WORKER_HEADINGS = ("name", "host", "pid", "queues", "running", "seen", "started")
-_LAG_COLUMNS = frozenset({"lag_p50_s", "lag_p95_s", "lag_p99_s"})
+_LAG_COLUMNS = frozenset({"lag_p50_s", "lag_p95_s", "lag_p99_s", "lag_p95_max_s", "run_p95_max_s"})
 
 
 def format_seconds(value: float | None) -> str:
@@ -82,13 +113,18 @@ def format_seconds(value: float | None) -> str:
     return f"{whole}s"  # pragma: no cover - whole >= 60 here
 
 
-def snapshot(conn: Conn) -> dict[str, Any]:
-    """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now."""
-    return {
+def snapshot(conn: Conn, since: timedelta | None = None) -> dict[str, Any]:
+    """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now; with since, also each
+    queue's totals over that window from pgsched.queue_history."""
+    snap = {
         "at": datetime.now().astimezone(),
         "queues": conn.execute(QUEUE_STATS).fetchall(),
         "workers": conn.execute(WORKERS).fetchall(),
     }
+    if since is not None:
+        snap["since_s"] = since.total_seconds()
+        snap["history"] = conn.execute(QUEUE_HISTORY, {"since": since}).fetchall()
+    return snap
 
 
 def _cells(row: dict[str, Any], headings: dict[str, str]) -> dict[str, Any]:
@@ -100,7 +136,7 @@ def _cells(row: dict[str, Any], headings: dict[str, str]) -> dict[str, Any]:
             value = format_seconds(value) if value else ""  # 0: nothing is due
         elif column in _LAG_COLUMNS:
             value = format_seconds(value)
-        elif column == "completed_per_s":
+        elif column in ("completed_per_s", "completed_per_min"):
             value = f"{value:.2f}"
         elif column == "paused":
             value = "PAUSED" if value else ""
@@ -132,9 +168,17 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
         now = [_cells(r, NOW_HEADINGS) for r in queues]
         recent = [_cells(r, RECENT_HEADINGS) for r in queues]
         parts.append(build_table(now, list(NOW_HEADINGS.values()), title="queues now"))
-        parts.append(build_table(recent, list(RECENT_HEADINGS.values()), title="last 5 minutes"))
+        if "history" not in snap:
+            parts.append(build_table(recent, list(RECENT_HEADINGS.values()), title="last 5 minutes"))
     else:
         parts.append(Text("no queues yet: nothing enqueued, nothing finished in the last 5 minutes"))
+    if "history" in snap:
+        title = f"last {format_seconds(snap['since_s'])} (pgsched.queue_history, per minute)"
+        if snap["history"]:
+            rows = [_cells(r, SINCE_HEADINGS) for r in snap["history"]]
+            parts.append(build_table(rows, list(SINCE_HEADINGS.values()), title=title))
+        else:
+            parts.append(Text(f"{title}: nothing rolled up (scanners and workers roll up every minute)"))
     if snap["workers"]:
         workers = [_worker_cells(r) for r in snap["workers"]]
         parts.append(build_table(workers, WORKER_HEADINGS, title="workers (seen in the last minute)"))
@@ -155,9 +199,14 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
     show_default=True,
     help="Seconds between refreshes with --watch.",
 )
+@click.option(
+    "--since",
+    metavar="DURATION",
+    help="Instead of the last 5 minutes, totals per queue over this window (1h, 30m, 1d) from pgsched.queue_history.",
+)
 @click.pass_context
 @handle_errors
-def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> None:
+def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float, since: str | None) -> None:
     """Per queue: jobs by state now, and what finished in the last 5 minutes; then live workers.
 
     \b
@@ -173,47 +222,59 @@ def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> No
       lag p50/p95/p99   start time minus due time
     workers: those seen in the last minute
 
+    --since 1h: per queue over the last hour, minute by minute rolled up
+      completed, per min, failed (retrying), dead, cancelled, redriven,
+      leases expired, worst lag p95, worst run p95, peak available
+
     --json gives the same numbers, with durations in seconds.
     """
+    window = None
+    if since is not None:
+        try:
+            window = parse_duration(since)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from None
+        if window <= timedelta(0):
+            raise click.BadParameter("must be longer than 0", param_hint="--since")
     if watch:
-        _watch(state(ctx), interval, as_json)
+        _watch(state(ctx), interval, as_json, window)
         return
     with state(ctx).connect() as conn:
-        snap = snapshot(conn)
+        snap = snapshot(conn, window)
     if as_json:
         emit_json(snap)
     else:
         console().print(render(snap))
 
 
-def _snapshots(cli: CliState, interval: float) -> Iterator[dict[str, Any] | str]:
+def _snapshots(cli: CliState, interval: float, since: timedelta | None) -> Iterator[dict[str, Any] | str]:
     """A snapshot every interval, over one connection; a lost connection yields its error and reconnects."""
     while True:
         try:
             with cli.connect() as conn:
                 while True:
-                    yield snapshot(conn)
+                    yield snapshot(conn, since)
                     time.sleep(interval)
         except PgschedError as exc:
             yield f"error: {exc} (retrying every {interval:g}s)"
             time.sleep(interval)
 
 
-def _watch(cli: CliState, interval: float, as_json: bool) -> None:
+def _watch(cli: CliState, interval: float, as_json: bool, since: timedelta | None) -> None:
     cli.resolve()  # a missing configuration ends the command; a lost connection is retried
     try:
         if as_json:
-            _watch_json(cli, interval)
+            _watch_json(cli, interval, since)
         elif console().is_terminal:
-            _watch_live(cli, interval)
+            _watch_live(cli, interval, since)
         else:
-            _watch_append(cli, interval)
+            _watch_append(cli, interval, since)
     except KeyboardInterrupt:
         pass
 
 
-def _watch_json(cli: CliState, interval: float) -> None:
-    for item in _snapshots(cli, interval):
+def _watch_json(cli: CliState, interval: float, since: timedelta | None) -> None:
+    for item in _snapshots(cli, interval, since):
         if isinstance(item, str):
             click.echo(item, err=True)
         else:
@@ -224,10 +285,10 @@ def _footer(snap: dict[str, Any], interval: float) -> str:
     return f"{snap['at']:%H:%M:%S}, every {interval:g}s; Ctrl-C to stop"
 
 
-def _watch_append(cli: CliState, interval: float) -> None:
+def _watch_append(cli: CliState, interval: float, since: timedelta | None) -> None:
     """Not a terminal (a pipe, a log): print each snapshot after the last instead of redrawing."""
     out = console()
-    for item in _snapshots(cli, interval):
+    for item in _snapshots(cli, interval, since):
         if isinstance(item, str):
             click.echo(item, err=True)
         else:
@@ -236,12 +297,12 @@ def _watch_append(cli: CliState, interval: float) -> None:
             out.file.flush()
 
 
-def _watch_live(cli: CliState, interval: float) -> None:
+def _watch_live(cli: CliState, interval: float, since: timedelta | None) -> None:
     from rich.live import Live
 
     last: dict[str, Any] = {"queues": [], "workers": []}
     with Live(console=console(), auto_refresh=False) as live:
-        for item in _snapshots(cli, interval):
+        for item in _snapshots(cli, interval, since):
             if isinstance(item, str):
                 live.update(render(last, item), refresh=True)
                 continue

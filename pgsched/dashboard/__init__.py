@@ -1,10 +1,14 @@
 """The web dashboard: server-rendered pages over pgsched's views, JSON under /api/, actions, and /metrics.
 
-Pages: ``/`` (queues, workers, scanners, shard owners), ``/queues/{queue}``,
-``/jobs/{id}``, ``/dead``, ``/schedules``; each has a JSON twin under
-``/api/``. Actions are POST forms (cancel, retry, pause, resume), refused
-with 403 when read-only. Run it with ``pgsched dashboard``, or mount
-``create_app(dsn)`` in any ASGI server.
+Pages: ``/`` (queues, workers, scanners, shard owners, charts of the last
+hour or day), ``/queues/{queue}`` (its charts and jobs), ``/jobs`` (search
+across queues), ``/jobs/{id}``, ``/dead``, ``/schedules``; each has a JSON
+twin under ``/api/`` (and ``/api/history`` the charts' data). Charts are SVG
+drawn on the server from ``pgsched.queue_history``; a small script, allowed
+by its hash, fetches ``/fragments/charts`` again every few seconds. Actions
+are POST forms (cancel, retry, pause, resume; bulk cancel and retry of a
+search after a confirmation page), refused with 403 when read-only. Run it
+with ``pgsched dashboard``, or mount ``create_app(dsn)`` in any ASGI server.
 """
 
 from __future__ import annotations

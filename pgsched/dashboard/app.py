@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -22,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from pgsched.dashboard import pages
+from pgsched.dashboard import charts, pages
 from pgsched.dashboard.html import Safe, layout
 from pgsched.dashboard.middleware import BasicAuth, SecurityHeaders, credentials_from_env
-from pgsched.dashboard.queries import STATES, Store
+from pgsched.dashboard.queries import ACTIVE_STATES, STATES, Store
 from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,16 @@ log = logging.getLogger(__name__)
 PAGE_SIZE: Final = 50
 # Flash messages come back through the redirect's query string; only this shape is shown.
 _FLASH: Final = re.compile(r"[a-z ]{1,40} [A-Za-z0-9_.:-]{1,128}: [a-z_]{1,40}")
+_BULK_FLASH: Final = re.compile(r"(cancel|retry) [0-9]{1,6} jobs?: [0-9a-z_, ]{0,300}")
+
+# Bulk actions: at most this many jobs at once, of these states, confirmed within this many seconds.
+BULK_CAP: Final = 10_000
+BULK_STATES: Final = {"cancel": ACTIVE_STATES, "retry": ("dead", "cancelled")}
+BULK_TOKEN_TTL: Final = 900
+FILTER_KEYS: Final = ("task", "state", "queue", "tenant", "args", "since", "until", "time")
+TIME_FIELDS: Final = ("created", "due", "finished")
+_AGO: Final = re.compile(r"([0-9]{1,6}) ?(s|m|min|h|d)")
+_AGO_UNITS: Final = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 Data = dict[str, Any]
 Loader = Callable[[Request], Awaitable[Data | None]]
@@ -68,6 +82,7 @@ def create_app(
     )
     app.state.store = store
     app.state.read_only = read_only
+    app.state.secret = secrets.token_bytes(32)  # signs bulk-action confirmations; new at every start
     return app
 
 
@@ -101,8 +116,26 @@ def _text(request: Request, name: str) -> str | None:
     return value or None
 
 
+def _window(request: Request) -> str:
+    window = request.query_params.get("window") or "1h"
+    if window not in charts.WINDOWS:
+        raise HTTPException(400, f"window must be one of {', '.join(charts.WINDOWS)}")
+    return window
+
+
+async def _history(request: Request, queue: str | None) -> Data:
+    window = _window(request)
+    spec = charts.WINDOWS[window]
+    found = await _store(request).history(queue=queue, span=spec.span, bucket=spec.bucket)
+    return {**found, "window": window}
+
+
 async def load_overview(request: Request) -> Data | None:
-    return await _store(request).overview()
+    return {**await _store(request).overview(), "history": await _history(request, None)}
+
+
+async def load_history(request: Request) -> Data | None:
+    return await _history(request, _text(request, "queue"))
 
 
 async def load_queue(request: Request) -> Data | None:
@@ -110,7 +143,9 @@ async def load_queue(request: Request) -> Data | None:
     if state is not None and state not in STATES:
         raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
     before = _int(request, "before", low=1, high=2**63 - 1)
-    return await _store(request).queue(request.path_params["queue"], state=state, before=before, limit=_limit(request))
+    name = request.path_params["queue"]
+    found = await _store(request).queue(name, state=state, before=before, limit=_limit(request))
+    return {**found, "history": await _history(request, name)}
 
 
 async def load_job(request: Request) -> Data | None:
@@ -120,6 +155,102 @@ async def load_job(request: Request) -> Data | None:
 async def load_dead(request: Request) -> Data | None:
     before = _int(request, "before", low=1, high=2**63 - 1)
     return await _store(request).dead_letters(queue=_text(request, "queue"), before=before, limit=_limit(request))
+
+
+def search_filters(params: Mapping[str, str]) -> tuple[Data, dict[str, str]]:
+    """The parameters of pgsched.find_jobs from a query string or form, and the filters as given (for links)."""
+    given = {k: params[k].strip() for k in FILTER_KEYS if (params.get(k) or "").strip()}
+    states = None
+    if "state" in given:
+        states = [s.strip() for s in given["state"].split(",") if s.strip()]
+        bad = [s for s in states if s not in STATES]
+        if bad:
+            raise HTTPException(400, f"state must be one of {', '.join(STATES)} (or several, comma-separated)")
+    args = None
+    if "args" in given:
+        try:
+            parsed = json.loads(given["args"])
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise HTTPException(400, 'args must be a JSON object the job\'s args contain, e.g. {"user_id": 42}')
+        args = json.dumps(parsed)
+    field = given.get("time", "created")
+    if field not in TIME_FIELDS:
+        raise HTTPException(400, f"time must be one of {', '.join(TIME_FIELDS)}")
+    found: Data = {
+        "task": given.get("task"),
+        "states": states,
+        "queue": given.get("queue"),
+        "tenant": given.get("tenant"),
+        "args": args,
+        "field": field,
+    }
+    for key in ("since", "until"):
+        at, ago = _when(key, given.get(key))
+        found[key], found[f"{key}_ago"] = at, ago
+    return found, given
+
+
+def _when(name: str, text: str | None) -> tuple[datetime | None, timedelta | None]:
+    """A time as ISO 8601 (UTC unless it says otherwise), or as an age: '90s', '15m', '2h', '7d'."""
+    if text is None:
+        return None, None
+    ago = _AGO.fullmatch(text)
+    if ago:
+        return None, timedelta(seconds=int(ago.group(1)) * _AGO_UNITS[ago.group(2)])
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise HTTPException(400, f"{name} must be a time (2026-12-01T09:30, UTC) or an age (15m, 2h, 7d)") from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)), None
+
+
+async def load_jobs(request: Request) -> Data | None:
+    filters, given = search_filters(request.query_params)
+    before = _int(request, "before", low=1, high=2**63 - 1)
+    found = await _store(request).search(filters, before=before, limit=_limit(request))
+    return {"filters": given, **found}
+
+
+def _bulk_verb(request: Request) -> str:
+    verb = str(request.path_params["verb"])
+    if verb not in BULK_STATES:
+        raise HTTPException(404, "Bulk actions are cancel and retry.")
+    return verb
+
+
+def _bulk_filters(verb: str, filters: Data) -> Data | None:
+    """The filters narrowed to the states the action applies to (None: no state left)."""
+    allowed = BULK_STATES[verb]
+    states = [s for s in (filters["states"] or allowed) if s in allowed]
+    return {**filters, "states": states} if states else None
+
+
+def bulk_token(secret: bytes, verb: str, given: Mapping[str, str], max_id: int, issued: int) -> str:
+    message = json.dumps([verb, sorted(given.items()), max_id, issued]).encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+async def load_bulk(request: Request) -> Data | None:
+    verb = _bulk_verb(request)
+    filters, given = search_filters(request.query_params)
+    narrowed = _bulk_filters(verb, filters)
+    rows = [] if narrowed is None else await _store(request).bulk_preview(narrowed, cap=BULK_CAP)
+    total = sum(int(r["n"]) for r in rows)
+    max_id = max((int(r["max_id"]) for r in rows), default=0)
+    issued = int(time.time())
+    return {
+        "verb": verb,
+        "filters": given,
+        "by_state": rows,
+        "total": min(total, BULK_CAP),
+        "too_many": total > BULK_CAP,
+        "cap": BULK_CAP,
+        "max_id": max_id,
+        "issued": issued,
+        "token": bulk_token(request.app.state.secret, verb, given, max_id, issued),
+    }
 
 
 async def load_schedules(request: Request) -> Data | None:
@@ -141,11 +272,14 @@ def _refresh(request: Request) -> int | None:
 
 def _flash(request: Request) -> str | None:
     msg = request.query_params.get("msg")
-    return msg if msg and _FLASH.fullmatch(msg) else None
+    return msg if msg and (_FLASH.fullmatch(msg) or _BULK_FLASH.fullmatch(msg)) else None
 
 
-def html_page(title: Callable[[Data], str], section: str, load: Loader, render: Renderer) -> Callable[..., Any]:
-    """An endpoint that loads data and renders it as a page (404 when the loader finds nothing)."""
+def html_page(
+    title: Callable[[Data], str], section: str, load: Loader, render: Renderer, *, live: bool = False
+) -> Callable[..., Any]:
+    """An endpoint that loads data and renders it as a page (404 when the loader finds nothing); live pages
+    carry the script that keeps their charts up to date."""
 
     async def endpoint(request: Request) -> Response:
         data = await load(request)
@@ -161,6 +295,7 @@ def html_page(title: Callable[[Data], str], section: str, load: Loader, render: 
                 read_only=view.read_only,
                 refresh=_refresh(request),
                 flash=_flash(request),
+                live=live,
             )
         )
 
@@ -234,6 +369,48 @@ def action(name: str, param: str, what: str) -> Callable[..., Any]:
     return endpoint
 
 
+async def bulk_action(request: Request) -> Response:
+    """POST of a confirmed bulk action: the filters, max_id, issued and token from its confirmation page."""
+    api = request.url.path.startswith("/api/")
+    if request.app.state.read_only:
+        raise HTTPException(403, "This dashboard is read-only.")
+    if not _same_origin(request):
+        raise HTTPException(403, "Cross-site request refused.")
+    verb = _bulk_verb(request)
+    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+    filters, given = search_filters(form)
+    try:
+        max_id, issued = int(form.get("max_id", "")), int(form.get("issued", ""))
+    except ValueError:
+        raise HTTPException(400, "Confirm the action from its confirmation page.") from None
+    expected = bulk_token(request.app.state.secret, verb, given, max_id, issued)
+    if not hmac.compare_digest(expected, form.get("token", "")):
+        raise HTTPException(403, "This confirmation is not valid (was the dashboard restarted?). Confirm again.")
+    if not 0 <= time.time() - issued <= BULK_TOKEN_TTL:
+        raise HTTPException(403, "This confirmation has expired. Confirm again.")
+    narrowed = _bulk_filters(verb, filters)
+    rows = [] if narrowed is None else await _store(request).bulk(verb, narrowed, max_id=max_id, cap=BULK_CAP)
+    results = {str(r["result"]): int(r["n"]) for r in rows}
+    total = sum(results.values())
+    log.info(
+        "dashboard: bulk %s of %d jobs -> %s",
+        verb,
+        total,
+        results,
+        extra={"action": f"{verb}_many", "filters": given, "result": results, "client": _client(request)},
+    )
+    if api:
+        return JsonResponse({"action": f"{verb}_many", "total": total, "results": results})
+    summary = ", ".join(f"{n} {result}" for result, n in sorted(results.items()))
+    back = "/jobs" + ("?" + urlencode(given) if given else "")
+    return RedirectResponse(_with_msg(back, f"{verb} {total} jobs: {summary}"), status_code=303)
+
+
+async def charts_fragment(request: Request) -> Response:
+    """The charts of one queue (or all) alone, for the page's live updates."""
+    return HTMLResponse(charts.queue_charts(await load_history(request) or {}))
+
+
 def _client(request: Request) -> str:
     return request.client.host if request.client else ""
 
@@ -246,6 +423,10 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None:
         return True
+    if origin == "null":
+        # Under the dashboard's Referrer-Policy: no-referrer, browsers send "Origin: null" with their own
+        # form posts; Sec-Fetch-Site still says where the form was.
+        return site == "same-origin"
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
@@ -324,10 +505,24 @@ def _routes() -> list[Route]:
     def render_schedules(view: pages.View, data: Data, _request: Request) -> Safe:
         return pages.schedules(view, data)
 
+    def render_jobs(view: pages.View, data: Data, _request: Request) -> Safe:
+        return pages.jobs(view, data)
+
+    def render_bulk(view: pages.View, data: Data, _request: Request) -> Safe:
+        return pages.bulk_confirm(view, data)
+
     post = ["POST"]
     return [
-        Route("/", html_page(lambda _: "Overview", "overview", load_overview, render_overview)),
-        Route("/queues/{queue}", html_page(lambda d: f"Queue {d['queue']}", "", load_queue, render_queue)),
+        Route("/", html_page(lambda _: "Overview", "overview", load_overview, render_overview, live=True)),
+        Route("/queues/{queue}", html_page(lambda d: f"Queue {d['queue']}", "", load_queue, render_queue, live=True)),
+        Route("/jobs", html_page(lambda _: "Jobs", "jobs", load_jobs, render_jobs)),
+        Route("/jobs/bulk/{verb}", html_page(lambda d: f"{d['verb'].title()} jobs", "jobs", load_bulk, render_bulk)),
+        Route("/jobs/bulk/{verb}", bulk_action, methods=post),
+        Route("/api/jobs/bulk/{verb}", json_api(load_bulk)),
+        Route("/api/jobs/bulk/{verb}", bulk_action, methods=post),
+        Route("/api/jobs", json_api(load_jobs)),
+        Route("/api/history", json_api(load_history)),
+        Route("/fragments/charts", charts_fragment),
         Route("/jobs/{job_id:int}", html_page(lambda d: f"Job {d['job']['id']}", "", load_job, render_job)),
         Route("/dead", html_page(lambda _: "Dead letters", "dead", load_dead, render_dead)),
         Route("/schedules", html_page(lambda _: "Schedules", "schedules", load_schedules, render_schedules)),

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import html
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,12 +110,27 @@ def short_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def first_line(text: str | None, limit: int = 160) -> str:
-    """The last non-empty line of an error (a traceback's exception line), cut to limit."""
+_TRACEBACK: Final = re.compile(r"^(?:\s*[+|] ?)?(?:Exception Group )?Traceback \(most recent call last\):$")
+_GROUP_PREFIX: Final = re.compile(r"^\s*[+|] ?")
+
+
+def exception_line(text: str | None, limit: int = 160) -> str:
+    """The line that names an error: for a Python traceback the exception (``ValueError: boom``) of the
+    last one (the one raised), also when it carries notes or a group's sub-exceptions; else the last line."""
     if not text:
         return ""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    line = lines[-1] if lines else ""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    line = lines[-1].strip() if lines else ""
+    headers = [i for i, candidate in enumerate(lines) if _TRACEBACK.match(candidate) and not candidate.startswith(" ")]
+    if not headers:
+        headers = [i for i, candidate in enumerate(lines) if _TRACEBACK.match(candidate)]
+    if headers:
+        group = "Exception Group" in lines[headers[-1]]
+        for candidate in lines[headers[-1] + 1 :]:
+            body = _GROUP_PREFIX.sub("", candidate) if group else candidate
+            if body and not body.startswith(" "):  # frames and their source lines are indented
+                line = body.strip()
+                break
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -248,17 +264,65 @@ button:hover { background:#eef1f4; border-color:#afb8c1; }
 button.danger { color:var(--bad); } button.danger:hover { background:var(--bad); color:#fff; border-color:var(--bad); }
 .actions { display:flex; gap:8px; margin:12px 0; }
 footer { color:var(--muted); font-size:12px; margin-top:32px; }
+.charts { display:grid; grid-template-columns:repeat(auto-fit,minmax(320px,1fr)); gap:12px; margin-bottom:8px; }
+figure.chart { margin:0; background:var(--card); border:1px solid var(--line); border-radius:6px;
+  padding:8px 10px 4px; }
+figure.chart figcaption { font-size:12px; font-weight:600; display:flex; flex-wrap:wrap; gap:2px 12px;
+  margin-bottom:2px; }
+figure.chart > svg { display:block; width:100%; height:auto; }
+.legend { font-weight:400; color:var(--muted); display:inline-flex; flex-wrap:wrap; gap:2px 10px; }
+.legend b { color:var(--fg); font-variant-numeric:tabular-nums; }
+form.filters { display:flex; flex-wrap:wrap; gap:8px 10px; align-items:flex-end; background:var(--card);
+  border:1px solid var(--line); border-radius:6px; padding:10px 14px; margin-bottom:12px; }
+form.filters label { display:flex; flex-direction:column; font-size:12px; color:var(--muted); gap:2px; }
+form.filters input, form.filters select { font:inherit; font-size:13px; padding:3px 6px; border:1px solid var(--line);
+  border-radius:6px; background:#fff; color:var(--fg); }
+form.filters input.wide { width:260px; }
+.confirm { background:#fff8f8; border:1px solid #ffcecb; border-radius:6px; padding:12px 16px; margin:12px 0; }
+td.act { width:1%; }
 """.strip()
 
-# The Content-Security-Policy allows exactly this stylesheet and no script at all.
-CSS_HASH: Final = "sha256-" + base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
+# Live charts: every few seconds, the section's fragment is fetched again from
+# its data-src (same origin) and put in place. Pages work without it.
+LIVE_JS: Final = """
+(function () {
+  var box = document.getElementById("live");
+  if (!box || !window.fetch) { return; }
+  var src = box.getAttribute("data-src");
+  var every = 1000 * (parseInt(box.getAttribute("data-every"), 10) || 10);
+  function tick() {
+    if (document.hidden) { setTimeout(tick, every); return; }
+    fetch(src, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html !== null) { box.innerHTML = html; box.setAttribute("data-updated", String(Date.now())); }
+      })
+      .catch(function () {})
+      .then(function () { setTimeout(tick, every); });
+  }
+  setTimeout(tick, every);
+})();
+""".strip()
+
+
+def _sha256(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+# The Content-Security-Policy allows exactly this stylesheet and this script,
+# and fetches from this origin only.
+CSS_HASH: Final = _sha256(CSS)
+LIVE_JS_HASH: Final = _sha256(LIVE_JS)
 CONTENT_SECURITY_POLICY: Final = (
-    f"default-src 'none'; style-src '{CSS_HASH}'; img-src 'self' data:; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
+    f"default-src 'none'; style-src '{CSS_HASH}'; script-src '{LIVE_JS_HASH}'; connect-src 'self'; "
+    "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+
+LIVE_SCRIPT: Final = Safe("<script>" + LIVE_JS + "</script>")
 
 NAV: Final = (
     ("overview", "/", "Overview"),
+    ("jobs", "/jobs", "Jobs"),
     ("dead", "/dead", "Dead letters"),
     ("schedules", "/schedules", "Schedules"),
 )
@@ -272,8 +336,10 @@ def layout(
     read_only: bool = False,
     refresh: int | None = None,
     flash: str | None = None,
+    live: bool = False,
 ) -> str:
-    """A whole page: header with navigation, an optional flash line, the body; refresh reloads every N s."""
+    """A whole page: header with navigation, an optional flash line, the body; refresh reloads every N s;
+    live adds the script that keeps the page's #live section up to date."""
     nav = join(
         fmt('<a href="{href}" class="{on}">{label}</a>', href=href, on="on" if key == section else "", label=label)
         for key, href, label in NAV
@@ -287,7 +353,7 @@ def layout(
         '<meta name="viewport" content="width=device-width, initial-scale=1">{meta}'
         "<title>{title} · pgsched</title><style>{css}</style></head>"
         '<body><header><a class="brand" href="/">pgsched</a><nav>{nav}</nav><span class="mode">{mode}</span></header>'
-        "<main>{note}{body}</main></body></html>\n",
+        "<main>{note}{body}</main>{script}</body></html>\n",
         meta=meta,
         title=title,
         css=Safe(CSS),
@@ -295,4 +361,5 @@ def layout(
         mode=mode,
         note=note,
         body=body,
+        script=LIVE_SCRIPT if live else Safe(""),
     )

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from pgsched.dashboard.charts import WINDOWS, queue_charts
 from pgsched.dashboard.html import (
     Column,
     Safe,
@@ -17,7 +18,7 @@ from pgsched.dashboard.html import (
     definition_list,
     duration,
     esc,
-    first_line,
+    exception_line,
     fmt,
     join,
     number,
@@ -115,6 +116,36 @@ def _queue_link(queue: str) -> Safe:
     return fmt('<a href="{href}">{q}</a>', href=url("queues", queue), q=queue)
 
 
+# -- charts ------------------------------------------------------------------
+
+
+def _live_every(view: View) -> int:
+    """Seconds between live chart updates: ?live=N (1 to 3600), else 10."""
+    text = view.query.get("live", "")
+    return int(text) if text.isdigit() and 1 <= int(text) <= 3600 else 10
+
+
+def _charts(view: View, history: Mapping[str, Any], queue_name: str | None) -> Safe:
+    window: str = history["window"]
+    tabs = join(
+        fmt(
+            '<a class="{on}" href="{href}">{label}</a>',
+            on="on" if key == window else "",
+            href=view.with_query(window=None if key == "1h" else key),
+            label=spec.label,
+        )
+        for key, spec in WINDOWS.items()
+    )
+    return fmt(
+        '<h2>Over time</h2><div class="tabs">{tabs}</div>'
+        '<div id="live" data-src="{src}" data-every="{every}">{charts}</div>',
+        tabs=tabs,
+        src=url("fragments", "charts", queue=queue_name, window=window),
+        every=_live_every(view),
+        charts=queue_charts(history),
+    )
+
+
 # -- overview ----------------------------------------------------------------
 
 QUEUE_COLUMNS = (
@@ -203,12 +234,13 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
     )
     scanners = _scanners(data["scanners"], data["shard_leases"])
     return fmt(
-        '<h1>Overview</h1>{toolbar}<div class="grid">{grid}</div>'
+        '<h1>Overview</h1>{toolbar}<div class="grid">{grid}</div>{charts}'
         "<h2>Queues</h2>{queues}"
         "<h2>Workers</h2>{workers}"
         "<h2>Scanners and the shards they own</h2>{scanners}",
         toolbar=_refresh_links(view, refresh),
         grid=grid,
+        charts=_charts(view, data["history"], None),
         queues=table(
             QUEUE_COLUMNS,
             (_queue_row(view, q) for q in queues),
@@ -346,19 +378,20 @@ def queue(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             timestamp(j["run_at"]),
             ago(j["finished_at"]),
             j["worker"],
-            first_line(j["error"]),
+            exception_line(j["error"]),
             _job_actions(view, j["id"], j["state"]),
         ]
         for j in data["jobs"]
     )
     return fmt(
-        '<h1>Queue {name} {status} {action}</h1>{toolbar}<div class="grid">{grid}</div>'
+        '<h1>Queue {name} {status} {action}</h1>{toolbar}<div class="grid">{grid}</div>{charts}'
         '<h2>Jobs</h2><div class="tabs">{tabs}</div>{jobs}{pager}',
         name=name,
         status=badge("paused") if paused else Safe(""),
         action=_queue_actions(view, name, paused),
         toolbar=_refresh_links(view, refresh),
         grid=grid,
+        charts=_charts(view, data["history"], name),
         tabs=tabs,
         jobs=table(JOB_COLUMNS, rows, empty="No jobs here."),
         pager=_pager(view, data["next_before"]),
@@ -443,7 +476,7 @@ def job(view: View, data: Mapping[str, Any]) -> Safe:
                 timestamp(h["started_at"]),
                 timestamp(h["finished_at"]),
                 h["worker"],
-                first_line(h["error"]),
+                exception_line(h["error"]),
             ]
             for h in data["history"]
         ),
@@ -506,7 +539,7 @@ def dead_letters(view: View, data: Mapping[str, Any]) -> Safe:
             f"{d['attempt']}/{d['max_attempts']}",
             ago(d["died_at"]),
             d["last_worker"],
-            first_line(d["error"]),
+            exception_line(d["error"]),
             _job_actions(view, d["id"], "dead"),
         ]
         for d in data["dead_letters"]
@@ -532,14 +565,174 @@ def dead_letters(view: View, data: Mapping[str, Any]) -> Safe:
     )
 
 
+# -- job search and bulk actions -----------------------------------------------
+
+SEARCH_COLUMNS = (
+    Column("id", "num"),
+    Column("queue"),
+    Column("state"),
+    Column("task"),
+    Column("args", "code"),
+    Column("attempt", "num"),
+    Column("tenant"),
+    Column("due"),
+    Column("finished"),
+    Column("error", "wrap"),
+    Column(""),
+)
+
+
+def _filter_form(filters: Mapping[str, str]) -> Safe:
+    def field(name: str, label: str, hint: str, cls: str = "") -> Safe:
+        return fmt(
+            '<label>{label}<input name="{name}" value="{value}" placeholder="{hint}" class="{cls}"></label>',
+            label=label,
+            name=name,
+            value=filters.get(name, ""),
+            hint=hint,
+            cls=cls,
+        )
+
+    def choice(name: str, label: str, options: Sequence[tuple[str, str]]) -> Safe:
+        current = filters.get(name, "")
+        return fmt(
+            '<label>{label}<select name="{name}">{options}</select></label>',
+            label=label,
+            name=name,
+            options=join(
+                fmt(
+                    '<option value="{v}"{sel}>{text}</option>',
+                    v=value,
+                    sel=Safe(" selected") if value == current else Safe(""),
+                    text=text,
+                )
+                for value, text in options
+            ),
+        )
+
+    return fmt(
+        '<form method="get" action="/jobs" class="filters">{task}{state}{queue}{tenant}{args}{time}{since}{until}'
+        '<button type="submit">Search</button> <a href="/jobs">clear</a></form>',
+        task=field("task", "task", "name, or prefix*"),
+        state=choice("state", "state", [("", "any"), *((s, s) for s in STATES)]),
+        queue=field("queue", "queue", "any"),
+        tenant=field("tenant", "tenant", "any"),
+        args=field("args", "args contain (JSON)", '{"user_id": 42}', "wide"),
+        time=choice("time", "time range on", [("", "enqueued"), ("due", "due"), ("finished", "finished")]),
+        since=field("since", "since", "1h, 2d or 2026-12-01T09:00"),
+        until=field("until", "until", "now"),
+    )
+
+
+def jobs(view: View, data: Mapping[str, Any]) -> Safe:
+    filters: Mapping[str, str] = data["filters"]
+    rows = (
+        [
+            _job_link(j["id"]),
+            _queue_link(j["queue"]),
+            badge(j["state"]),
+            j["task"],
+            j["args"],
+            f"{j['attempt']}/{j['max_attempts']}" if j["max_attempts"] else j["attempt"],
+            j["tenant"],
+            timestamp(j["run_at"]),
+            ago(j["finished_at"]),
+            exception_line(j["error"]),
+            _job_actions(view, j["id"], j["state"]),
+        ]
+        for j in data["jobs"]
+    )
+    bulk = Safe("")
+    if not view.read_only:
+        bulk = fmt(
+            '<div class="actions"><a href="{cancel}">Cancel the matching jobs…</a> · '
+            '<a href="{retry}">Retry the matching jobs…</a></div>',
+            cancel=url("jobs", "bulk", "cancel", **filters),
+            retry=url("jobs", "bulk", "retry", **filters),
+        )
+    return fmt(
+        '<h1>Jobs</h1><p class="muted">Across queues, active and finished, newest first. '
+        "A finished job shows its latest run.</p>{form}{bulk}{table}{pager}",
+        form=_filter_form(filters),
+        bulk=bulk,
+        table=table(SEARCH_COLUMNS, rows, empty="No job matches these filters."),
+        pager=_pager(view, data["next_before"]),
+    )
+
+
+def _describe(filters: Mapping[str, str]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in filters.items()) or "no filter: every job"
+
+
+def bulk_confirm(view: View, data: Mapping[str, Any]) -> Safe:
+    verb: str = data["verb"]
+    filters: Mapping[str, str] = data["filters"]
+    total: int = data["total"]
+    states = table(
+        (Column("state"), Column("jobs", "num")),
+        ([badge(r["state"]), number(r["n"])] for r in data["by_state"]),
+        empty="None.",
+    )
+    back = url("jobs", **filters)
+    intro = fmt(
+        "<h1>{title} jobs</h1><p>Filters: <b>{filters}</b>. {which}</p>{states}",
+        title=verb.title(),
+        filters=_describe(filters),
+        which="Only waiting and running jobs can be cancelled (running ones are asked to stop)."
+        if verb == "cancel"
+        else "Only dead and cancelled jobs can be retried; each runs again now, with a fresh attempt budget.",
+        states=states,
+    )
+    if view.read_only:
+        decision = fmt('<p class="confirm">This dashboard is read-only.</p>')
+    elif total == 0:
+        done = "cancelled" if verb == "cancel" else "retried"
+        decision = fmt('<p class="confirm">No job matching these filters can be {done}.</p>', done=done)
+    elif data["too_many"]:
+        decision = fmt(
+            '<p class="confirm">More than {cap} jobs match: narrow the filters (a time range, a queue) '
+            "and act on them in parts.</p>",
+            cap=number(data["cap"]),
+        )
+    else:
+        hidden = join(
+            fmt('<input type="hidden" name="{k}" value="{v}">', k=k, v=v)
+            for k, v in [
+                *filters.items(),
+                ("max_id", data["max_id"]),
+                ("issued", data["issued"]),
+                ("token", data["token"]),
+            ]
+        )
+        decision = fmt(
+            '<form method="post" action="{action}" class="confirm">{hidden}'
+            "<p>This will {verb} <b>{n}</b> job{s} (those matching now, up to id {max_id}; "
+            "jobs enqueued after this page was shown are left alone).</p>"
+            '<button type="submit" class="danger">{label}</button></form>',
+            action=url("jobs", "bulk", verb),
+            hidden=hidden,
+            verb=verb,
+            n=number(total),
+            s="" if total == 1 else "s",
+            max_id=data["max_id"],
+            label=f"{verb.title()} {total} job{'' if total == 1 else 's'}",
+        )
+    return fmt(
+        '{intro}{decision}<p><a href="{back}">← back to the jobs</a></p>', intro=intro, decision=decision, back=back
+    )
+
+
 # -- schedules ---------------------------------------------------------------
 
 
 def schedules(view: View, data: Mapping[str, Any]) -> Safe:
     current: str | None = data["schedule"]
+    # The pause/resume button sits by the status, never off the right edge;
+    # the long cells (policies, errors) wrap instead of widening the table.
     columns = (
-        Column("name"),
+        Column("name", "wrap"),
         Column("status"),
+        Column("", "act"),
         Column("cron", "code"),
         Column("time zone"),
         Column("task"),
@@ -547,14 +740,14 @@ def schedules(view: View, data: Mapping[str, Any]) -> Safe:
         Column("next fire"),
         Column("in flight", "num"),
         Column("last run"),
-        Column("policies"),
+        Column("policies", "wrap"),
         Column("error", "wrap"),
-        Column(""),
     )
     rows = (
         [
             fmt('<a href="{h}">{n}</a>', h=url("schedules", schedule=s["name"]), n=s["name"]),
             badge("enabled") if s["enabled"] else badge("paused"),
+            _schedule_actions(view, s["name"], bool(s["enabled"])),
             s["cron"],
             s["timezone"],
             s["task"],
@@ -564,8 +757,7 @@ def schedules(view: View, data: Mapping[str, Any]) -> Safe:
             join([badge(s["last_state"]), " ", ago(s["last_finished_at"])]) if s["last_state"] else "",
             f"misfire {s['misfire_policy']}, gap {s['gap_policy']}, overlap {s['overlap_policy']}, "
             f"concurrency {s['concurrency']}",
-            fmt('<span class="bad">{e}</span>', e=first_line(s["last_error"])) if s["last_error"] else "",
-            _schedule_actions(view, s["name"], bool(s["enabled"])),
+            fmt('<span class="bad">{e}</span>', e=exception_line(s["last_error"])) if s["last_error"] else "",
         ]
         for s in data["schedules"]
     )

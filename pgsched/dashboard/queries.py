@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, Final, LiteralString
 
 from psycopg.rows import dict_row
@@ -132,6 +133,95 @@ ORDER BY o.decided_at DESC, o.fire_at DESC
 LIMIT %(limit)s
 """
 
+# Charts: the per-minute rollup (pgsched.queue_history) of one queue or of all
+# of them, in buckets of %(bucket)s over the last %(window)s. Counts add up;
+# depth is the largest sampled in the bucket; lag and run time percentiles the
+# worst of the bucket (percentiles of different minutes do not add up). The
+# first bucket is the oldest of the window's whole ones, as charts.buckets lays them.
+HISTORY: Final[LiteralString] = """
+WITH minutes AS (
+    SELECT h.minute,
+           pg_catalog.sum(h.completed) AS completed, pg_catalog.sum(h.failed) AS failed,
+           pg_catalog.sum(h.dead) AS dead, pg_catalog.sum(h.expired) AS expired,
+           pg_catalog.sum(h.cancelled) AS cancelled,
+           pg_catalog.sum(h.available) AS available, pg_catalog.sum(h.running) AS running,
+           pg_catalog.sum(h.scheduled) AS scheduled,
+           pg_catalog.max(h.lag_p50_s) AS lag_p50_s, pg_catalog.max(h.lag_p95_s) AS lag_p95_s,
+           pg_catalog.max(h.run_p95_s) AS run_p95_s
+    FROM pgsched.queue_history h
+    WHERE h.minute >= pg_catalog.date_bin(%(bucket)s::interval, pg_catalog.now(), timestamptz '2000-01-01 00:00:00+00')
+                      - %(window)s::interval + %(bucket)s::interval
+      AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
+    GROUP BY h.minute
+)
+SELECT pg_catalog.date_bin(%(bucket)s::interval, m.minute, timestamptz '2000-01-01 00:00:00+00') AS at,
+       pg_catalog.sum(m.completed)::bigint AS completed, pg_catalog.sum(m.failed)::bigint AS failed,
+       pg_catalog.sum(m.dead)::bigint AS dead, pg_catalog.sum(m.expired)::bigint AS expired,
+       pg_catalog.sum(m.cancelled)::bigint AS cancelled,
+       pg_catalog.max(m.available)::bigint AS available, pg_catalog.max(m.running)::bigint AS running,
+       pg_catalog.max(m.scheduled)::bigint AS scheduled,
+       pg_catalog.max(m.lag_p50_s) AS lag_p50_s, pg_catalog.max(m.lag_p95_s) AS lag_p95_s,
+       pg_catalog.max(m.run_p95_s) AS run_p95_s
+FROM minutes m
+GROUP BY 1
+ORDER BY 1
+"""
+
+DB_NOW: Final[LiteralString] = "SELECT pg_catalog.now() AS now"
+
+# The job search across queues (pgsched.find_jobs: every filter optional,
+# keyset pagination on id, newest first).
+SEARCH_JOBS: Final[LiteralString] = """
+SELECT f.id, f.queue, f.state, f.task, pg_catalog.left(f.args::text, 160) AS args, f.priority, f.attempt,
+       f.max_attempts, f.run_at, f.worker, f.error, f.tenant, f.created_at, f.finished_at
+FROM pgsched.find_jobs(
+    p_task => %(task)s, p_states => %(states)s::text[], p_queue => %(queue)s, p_tenant => %(tenant)s,
+    p_args => %(args)s::jsonb,
+    p_since => coalesce(%(since)s::timestamptz, pg_catalog.now() - %(since_ago)s::interval),
+    p_until => coalesce(%(until)s::timestamptz, pg_catalog.now() - %(until_ago)s::interval),
+    p_time => %(field)s, p_before => %(before)s::bigint, p_max_id => %(max_id)s::bigint, p_limit => %(limit)s) f
+"""
+
+# What a bulk action would touch: the matching jobs by state, and the largest
+# id (the bound the confirmed action keeps to).
+BULK_PREVIEW: Final[LiteralString] = """
+SELECT f.state, pg_catalog.count(*) AS n, pg_catalog.max(f.id) AS max_id
+FROM pgsched.find_jobs(
+    p_task => %(task)s, p_states => %(states)s::text[], p_queue => %(queue)s, p_tenant => %(tenant)s,
+    p_args => %(args)s::jsonb,
+    p_since => coalesce(%(since)s::timestamptz, pg_catalog.now() - %(since_ago)s::interval),
+    p_until => coalesce(%(until)s::timestamptz, pg_catalog.now() - %(until_ago)s::interval),
+    p_time => %(field)s, p_before => NULL, p_max_id => %(max_id)s::bigint, p_limit => %(limit)s) f
+GROUP BY f.state
+ORDER BY f.state
+"""
+
+# The bulk actions, one statement each: the matching ids into cancel_many()/retry_many().
+BULK_ACTIONS: Final[Mapping[str, LiteralString]] = {
+    "cancel": """
+SELECT b.result, pg_catalog.count(*) AS n
+FROM pgsched.cancel_many(ARRAY(SELECT f.id FROM pgsched.find_jobs(
+    p_task => %(task)s, p_states => %(states)s::text[], p_queue => %(queue)s, p_tenant => %(tenant)s,
+    p_args => %(args)s::jsonb,
+    p_since => coalesce(%(since)s::timestamptz, pg_catalog.now() - %(since_ago)s::interval),
+    p_until => coalesce(%(until)s::timestamptz, pg_catalog.now() - %(until_ago)s::interval),
+    p_time => %(field)s, p_before => NULL, p_max_id => %(max_id)s::bigint, p_limit => %(limit)s) f)) b
+GROUP BY b.result
+ORDER BY b.result
+""",
+    "retry": """
+SELECT b.result, pg_catalog.count(*) AS n
+FROM pgsched.retry_many(ARRAY(SELECT f.id FROM pgsched.find_jobs(
+    p_task => %(task)s, p_states => %(states)s::text[], p_queue => %(queue)s, p_tenant => %(tenant)s,
+    p_args => %(args)s::jsonb,
+    p_since => coalesce(%(since)s::timestamptz, pg_catalog.now() - %(since_ago)s::interval),
+    p_until => coalesce(%(until)s::timestamptz, pg_catalog.now() - %(until_ago)s::interval),
+    p_time => %(field)s, p_before => NULL, p_max_id => %(max_id)s::bigint, p_limit => %(limit)s) f)) b
+GROUP BY b.result
+ORDER BY b.result
+""",
+}
+
 # Actions, each one SQL function call that reports what it did.
 ACTIONS: Final[Mapping[str, LiteralString]] = {
     "cancel_job": "SELECT pgsched.cancel(%s::bigint)::text AS result",
@@ -224,6 +314,26 @@ class Store:
             "schedules": await self.rows(SCHEDULES),
             "occurrences": await self.rows(OCCURRENCES, {"schedule": schedule, "limit": limit}),
         }
+
+    async def history(self, *, queue: str | None, span: timedelta, bucket: timedelta) -> dict[str, Any]:
+        """The rollup of one queue (or all) over the last span, in buckets; with the database's now."""
+        points = await self.rows(HISTORY, {"queue": queue, "window": span, "bucket": bucket})
+        now = await self.row(DB_NOW)
+        assert now is not None
+        return {"queue": queue, "now": now["now"], "points": points}
+
+    async def search(self, filters: Mapping[str, Any], *, before: int | None, limit: int) -> dict[str, Any]:
+        """A page of the jobs matching filters (the parameters of pgsched.find_jobs), newest first."""
+        rows = await self.rows(SEARCH_JOBS, {**filters, "before": before, "max_id": None, "limit": limit + 1})
+        return _page(rows, limit)
+
+    async def bulk_preview(self, filters: Mapping[str, Any], *, cap: int) -> list[Row]:
+        """The jobs a bulk action on filters would touch, by state (at most cap + 1 read), with their max id."""
+        return await self.rows(BULK_PREVIEW, {**filters, "max_id": None, "limit": cap + 1})
+
+    async def bulk(self, verb: str, filters: Mapping[str, Any], *, max_id: int, cap: int) -> list[Row]:
+        """Cancel or retry (verb) the jobs matching filters up to max_id, in one statement; results counted."""
+        return await self.rows(BULK_ACTIONS[verb], {**filters, "max_id": max_id, "limit": cap})
 
     async def act(self, action: str, target: int | str) -> str:
         """Run one action (a key of ACTIONS) on a job id, queue or schedule name; returns what happened."""

@@ -1,5 +1,5 @@
 -- _ensure_day_partition
--- contract: makes sure p_parent (job_history or job_events) has a partition
+-- contract: makes sure p_parent (job_history, job_events or queue_minutes) has a partition
 -- for the UTC day p_day. Rows that landed in the default partition for that
 -- day (written while the partition was missing) are moved into the new one
 -- before it is attached, so nothing is lost and the attach cannot fail on
@@ -11,7 +11,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     v_name text := p_parent || '_p' || pg_catalog.to_char(p_day, 'YYYYMMDD');
-    v_key text := CASE p_parent WHEN 'job_history' THEN 'finished_at' WHEN 'job_events' THEN 'at' END;
+    v_key text := CASE p_parent WHEN 'job_history' THEN 'finished_at' WHEN 'job_events' THEN 'at'
+                                WHEN 'queue_minutes' THEN 'minute' END;
     v_from timestamptz := (p_day::timestamp AT TIME ZONE 'UTC');
     v_to timestamptz := ((p_day + 1)::timestamp AT TIME ZONE 'UTC');
 BEGIN

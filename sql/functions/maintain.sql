@@ -2,7 +2,7 @@
 -- contract: the housekeeping that keeps tables small and bounded, safe to run
 -- from any number of processes at once (they take turns on a
 -- transaction-scoped advisory lock, so it also works through PgBouncer):
--- creates day partitions of job_history and job_events from yesterday to
+-- creates day partitions of job_history, job_events and queue_minutes from yesterday to
 -- partitions_ahead days ahead, and for any day whose rows wait in a default
 -- partition; drops the partitions older than their retention; forgets
 -- idempotency keys whose retention ran out and workers unseen for a day.
@@ -40,10 +40,14 @@ BEGIN
     FOR v_day IN SELECT DISTINCT (e.at AT TIME ZONE 'UTC')::date FROM pgsched.job_events_default e LOOP
         IF pgsched._ensure_day_partition('job_events', v_day) THEN v_created := v_created + 1; END IF;
     END LOOP;
+    FOR v_day IN SELECT DISTINCT (m.minute AT TIME ZONE 'UTC')::date FROM pgsched.queue_minutes_default m LOOP
+        IF pgsched._ensure_day_partition('queue_minutes', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
 
     FOR d IN -1 .. v_config.partitions_ahead LOOP
         IF pgsched._ensure_day_partition('job_history', v_today + d) THEN v_created := v_created + 1; END IF;
         IF pgsched._ensure_day_partition('job_events', v_today + d) THEN v_created := v_created + 1; END IF;
+        IF pgsched._ensure_day_partition('queue_minutes', v_today + d) THEN v_created := v_created + 1; END IF;
     END LOOP;
 
     -- A partition goes when its whole day is older than the retention.
@@ -54,10 +58,11 @@ BEGIN
         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
         JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
         JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
-        WHERE n.nspname = 'pgsched' AND p.relname IN ('job_history', 'job_events')
+        WHERE n.nspname = 'pgsched' AND p.relname IN ('job_history', 'job_events', 'queue_minutes')
           AND c.relname ~ '_p[0-9]{8}$'
     LOOP
         v_retention := CASE v_part.parent WHEN 'job_history' THEN v_config.history_retention
+                                          WHEN 'queue_minutes' THEN v_config.queue_history_retention
                                           ELSE v_config.events_retention END;
         IF ((v_part.day + 1)::timestamp AT TIME ZONE 'UTC') <= v_now - v_retention THEN
             -- Dropping a partition locks its parent for a moment; never queue

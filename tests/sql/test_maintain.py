@@ -54,7 +54,7 @@ def test_partitions_are_created_from_yesterday_to_the_days_ahead(conn: Conn, now
     expected = {today + timedelta(days=d) for d in range(-1, 4)}  # partitions_ahead = 3
     for parent in PARENTS:
         assert expected <= day_partitions(conn, parent)
-    assert report["partitions_created"] == 10
+    assert report["partitions_created"] == 15  # and queue_minutes
     assert maintain(conn, now=at)["partitions_created"] == 0  # idempotent
 
 
