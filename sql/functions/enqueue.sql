@@ -1,7 +1,7 @@
 -- enqueue
 -- contract: adds one job and returns its id. For an idempotency key already
 -- held by an active job, or by a finished one within the retention window,
--- returns that job's id and adds nothing. The shard derives from the key when
+-- returns that job's id and adds nothing (keys are per tenant). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
@@ -50,14 +50,15 @@ BEGIN
         -- The key row is the lock: a concurrent enqueue of the same key waits
         -- here for the first one's commit, then sees the conflict. A key whose
         -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        VALUES (enqueue.idempotency_key, v_id, v_shard, v_now)
-        ON CONFLICT (key) DO UPDATE
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue.idempotency_key, enqueue.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
             SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
             WHERE k.expires_at < v_now;
         IF NOT FOUND THEN
             -- A new statement: its snapshot sees the holder we waited for.
-            RETURN (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = enqueue.idempotency_key);
+            RETURN (SELECT k.job_id FROM pgsched.idempotency_keys k
+                    WHERE k.key = enqueue.idempotency_key AND k.tenant IS NOT DISTINCT FROM enqueue.tenant);
         END IF;
     END IF;
 

@@ -25,6 +25,7 @@ DECLARE
     v_ords bigint[];
     v_ids bigint[];
     v_keys text[];
+    v_tenants text[];
     v_queues text[];
     v_scheduled boolean;
 BEGIN
@@ -88,18 +89,18 @@ BEGIN
                     ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
                END AS shard,
                -- only the first row of a key in this batch is inserted
-               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key, n.tenant) AS first_of_key
         FROM numbered n
     ), taken AS (
         -- Keys are taken in key order, so concurrent batches sharing keys
         -- wait for each other instead of deadlocking. A key whose retention
         -- ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        SELECT i.key, i.id, i.shard, v_now
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now
         FROM input i
         WHERE i.key IS NOT NULL AND i.first_of_key
         ORDER BY i.key
-        ON CONFLICT (key) DO UPDATE
+        ON CONFLICT (key, tenant) DO UPDATE
             SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
             WHERE k.expires_at < v_now
         RETURNING k.job_id
@@ -119,9 +120,10 @@ BEGIN
     SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
            pg_catalog.array_agg(ins.id ORDER BY i.ord),
            pg_catalog.array_agg(i.key ORDER BY i.ord),
+           pg_catalog.array_agg(i.tenant ORDER BY i.ord),
            pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
            pg_catalog.bool_or(ins.state = 'scheduled')
-    INTO v_ords, v_ids, v_keys, v_queues, v_scheduled
+    INTO v_ords, v_ids, v_keys, v_tenants, v_queues, v_scheduled
     FROM input i
     LEFT JOIN inserted ins ON ins.id = i.id;
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
@@ -134,8 +136,9 @@ BEGIN
     -- Rows whose key was taken: look the holder up in a new statement, whose
     -- snapshot sees a concurrent enqueue of the same key that we waited for.
     RETURN QUERY
-    SELECT x.o, coalesce(x.id, (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = x.k))
-    FROM unnest(v_ords, v_ids, v_keys) AS x(o, id, k)
+    SELECT x.o, coalesce(x.id, (SELECT k.job_id FROM pgsched.idempotency_keys k
+                                WHERE k.key = x.k AND k.tenant IS NOT DISTINCT FROM x.t))
+    FROM unnest(v_ords, v_ids, v_keys, v_tenants) AS x(o, id, k, t)
     ORDER BY x.o;
 END
 $$;

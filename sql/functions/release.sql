@@ -12,7 +12,7 @@ RETURNS TABLE (job_id bigint, outcome text)
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(release.p_now, pg_catalog.now()))
+    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(pgsched._clock(release.p_now), pg_catalog.now()))
     FROM unnest(release.job_ids, release.tokens) AS u(id, token)
     ORDER BY u.id
 $$;

@@ -3,6 +3,12 @@
 -- gets its defaults, its validation and its wake-up here, so all paths behave
 -- alike. A repeated idempotency key skips the row (INSERT 0 0) and keeps the
 -- existing job; enqueue() then returns that job's id.
+--
+-- Two triggers call it (30_triggers.sql). For a writer other than the
+-- schema's owner (TG_ARGV[0] = 'untrusted': a plain INSERT by an
+-- application) the database also assigns the id and the shard and stamps
+-- created_at, whatever the INSERT said, and a schedule link is refused: only
+-- the owner's functions (retry, the scanners' add_occurrences) set those.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -12,8 +18,29 @@ DECLARE
     v_now timestamptz := pg_catalog.now();
     v_limit integer;
     v_default_attempts integer;
+    v_shards integer;
 BEGIN
-    SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
+    SELECT c.max_payload_bytes, c.default_max_attempts, c.shards INTO v_limit, v_default_attempts, v_shards
+    FROM pgsched.config c;
+
+    IF TG_ARGV[0] = 'untrusted' THEN
+        IF NEW.schedule IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: schedule is set by the scanners, not by an INSERT'
+                USING ERRCODE = 'insufficient_privilege', SCHEMA = 'pgsched', TABLE = 'jobs', COLUMN = 'schedule';
+        END IF;
+        -- A copied id would give two active rows one identity (on two shards).
+        NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
+        NEW.shard := CASE WHEN NEW.idempotency_key IS NULL
+                          THEN pg_catalog.floor(pg_catalog.random() * v_shards)
+                          ELSE (pg_catalog.hashtextextended(NEW.idempotency_key, 0) % v_shards + v_shards) % v_shards
+                     END::smallint;
+        NEW.created_at := v_now;
+        -- Before the key is looked at, so another tenant's keys reveal nothing
+        -- (row-level security checks the row itself after this trigger).
+        IF NEW.idempotency_key IS NOT NULL THEN
+            PERFORM pgsched._check_tenant(NEW.tenant);
+        END IF;
+    END IF;
 
     -- A new job starts from nothing, whatever the INSERT said.
     NEW.attempt := 0;
@@ -40,9 +67,9 @@ BEGIN
         -- here for the first one's commit, then sees the conflict. A redrive
         -- of the same job (retry()) re-activates its own key; a key whose
         -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        VALUES (NEW.idempotency_key, NEW.id, NEW.shard, v_now)
-        ON CONFLICT (key) DO UPDATE
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (NEW.idempotency_key, NEW.tenant, NEW.id, NEW.shard, v_now)
+        ON CONFLICT (key, tenant) DO UPDATE
             SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
             WHERE k.job_id = NEW.id OR k.expires_at < v_now;
         IF NOT FOUND THEN

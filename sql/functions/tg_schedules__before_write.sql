@@ -2,10 +2,11 @@
 -- contract: a schedule lives on the shard of its name; any change to what a
 -- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
 -- its version, so the next scan withdraws the occurrences expanded under the
--- old version and expands the new one. Works for plain INSERT/UPDATE too.
+-- old version and expands the new one. Works for plain INSERT/UPDATE too
+-- (SECURITY DEFINER: pgsched_admin writes the table but not the helpers).
 CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
 RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN

@@ -2,7 +2,9 @@
 -- contract: creates the schedule `name`, or updates it when it exists (an
 -- update that changes what it fires takes effect at the next scan: future
 -- occurrences expanded under the old definition are withdrawn and replaced).
--- Returns the schedule's version afterwards.
+-- Returns the schedule's version afterwards. A session confined to a tenant
+-- writes only schedules of its tenant; a worker login (without
+-- pgsched_admin) only schedules defined in code (see _check_schedule_write).
 CREATE OR REPLACE FUNCTION pgsched.upsert_schedule(
     name           text,
     cron           text,
@@ -28,6 +30,8 @@ RETURNS integer
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+    SELECT pgsched._check_schedule_write(upsert_schedule.name, upsert_schedule.tenant,
+                                         coalesce(upsert_schedule.source, 'sql'));
     INSERT INTO pgsched.schedules AS s
         (name, cron, task, args, timezone, queue, priority, max_attempts, gap_policy, overlap_policy,
          misfire_policy, misfire_cap, misfire_grace, concurrency, enabled, horizon, labels, tenant, source, shard)
@@ -48,5 +52,6 @@ AS $$
         misfire_grace = EXCLUDED.misfire_grace,
         concurrency = EXCLUDED.concurrency, enabled = EXCLUDED.enabled, horizon = EXCLUDED.horizon,
         labels = EXCLUDED.labels, tenant = EXCLUDED.tenant, source = EXCLUDED.source
+    WHERE pgsched._tenant_visible(s.tenant)
     RETURNING s.version
 $$;
