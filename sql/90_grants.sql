@@ -28,7 +28,10 @@ GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text), pgsched._tenant_scope()
     TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
 GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
-GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
+-- Only the columns a user chooses: id, shard, created_at, state, leases and
+-- schedule links come from the database (a named one is permission denied).
+GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant)
+    ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
     TO pgsched_enqueue;

@@ -26,7 +26,7 @@ BEGIN
     SELECT b.tenant INTO v_previous FROM pgsched.tenant_roles b WHERE b.role = bind_tenant.role;
     INSERT INTO pgsched.tenant_roles AS b (role, tenant, bound_at)
     VALUES (bind_tenant.role, bind_tenant.tenant, pg_catalog.now())
-    ON CONFLICT (role) DO UPDATE SET tenant = EXCLUDED.tenant, bound_at = EXCLUDED.bound_at;
+    ON CONFLICT ON CONSTRAINT tenant_roles_pkey DO UPDATE SET tenant = EXCLUDED.tenant, bound_at = EXCLUDED.bound_at;
     RETURN v_previous;
 END
 $$;

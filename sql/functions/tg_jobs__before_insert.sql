@@ -6,9 +6,12 @@
 --
 -- Two triggers call it (30_triggers.sql). For a writer other than the
 -- schema's owner (TG_ARGV[0] = 'untrusted': a plain INSERT by an
--- application) the database also assigns the id and the shard and stamps
--- created_at, whatever the INSERT said, and a schedule link is refused: only
--- the owner's functions (retry, the scanners' add_occurrences) set those.
+-- application) the database also assigns the id and stamps created_at,
+-- whatever the INSERT said, and a schedule link is refused: only the owner's
+-- functions (retry, the scanners' add_occurrences) set those. The shard, the
+-- partition key, cannot change in a row trigger; pgsched_enqueue may name
+-- only the columns a user chooses (90_grants.sql), so it comes from the
+-- column default.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -18,10 +21,8 @@ DECLARE
     v_now timestamptz := pg_catalog.now();
     v_limit integer;
     v_default_attempts integer;
-    v_shards integer;
 BEGIN
-    SELECT c.max_payload_bytes, c.default_max_attempts, c.shards INTO v_limit, v_default_attempts, v_shards
-    FROM pgsched.config c;
+    SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
 
     IF TG_ARGV[0] = 'untrusted' THEN
         IF NEW.schedule IS NOT NULL THEN
@@ -30,10 +31,6 @@ BEGIN
         END IF;
         -- A copied id would give two active rows one identity (on two shards).
         NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
-        NEW.shard := CASE WHEN NEW.idempotency_key IS NULL
-                          THEN pg_catalog.floor(pg_catalog.random() * v_shards)
-                          ELSE (pg_catalog.hashtextextended(NEW.idempotency_key, 0) % v_shards + v_shards) % v_shards
-                     END::smallint;
         NEW.created_at := v_now;
         -- Before the key is looked at, so another tenant's keys reveal nothing
         -- (row-level security checks the row itself after this trigger).
