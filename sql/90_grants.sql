@@ -58,6 +58,8 @@ GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pg
     TO pgsched_admin;
 GRANT SELECT ON pgsched.tenant_roles TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
+-- The table's CHECK constraints run with the writer's rights.
+GRANT EXECUTE ON FUNCTION pgsched._valid_timezone(text) TO pgsched_admin;
 GRANT UPDATE ON pgsched.config TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
 
