@@ -4,8 +4,8 @@
 --   pgsched_worker   claim, heartbeat, complete, fail, snooze, release, housekeeping;
 --                    reads everything, writes nothing directly
 --   pgsched_admin    both of the above, plus cancel, retry, queue pause/resume, config
---   pgsched_tenant_scoped  a marker: a member must be bound to a tenant
---                    (bind_tenant); unbound, it sees and writes nothing
+--   pgsched_tenant_scoped  a marker: members are confined to the tenant their
+--                    login is bound to (bind_tenant); unbound, to nothing
 --
 -- Tenants are bound to login roles (pgsched.tenant_roles) and decided from
 -- session_user (see _tenant_scope), so SET ROLE and SET pgsched.tenant move

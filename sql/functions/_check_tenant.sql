@@ -1,7 +1,7 @@
 -- _check_tenant
--- contract: a session confined to a tenant (see _tenant_scope: a login bound
--- with bind_tenant(), or a member of pgsched_tenant_scoped, which without a
--- binding is confined to nothing) may write only rows of that tenant; no
+-- contract: a session confined to a tenant (see _tenant_scope: a member of
+-- pgsched_tenant_scoped, bound with bind_tenant() or, unbound, confined to
+-- nothing) may write only rows of that tenant; no
 -- tenant is not "any tenant". Raises insufficient_privilege otherwise. The
 -- decision follows the login, so SET ROLE and SET pgsched.tenant do not
 -- change it for a bound or scoped login.

@@ -3,6 +3,8 @@
 -- through row-level security, enqueues, claims, completions, cancels,
 -- retries, schedules, idempotency keys) from its next statement on; SET ROLE
 -- and SET pgsched.tenant do not move it. Rebinding replaces the tenant.
+-- Only members of pgsched_tenant_scoped are confined, so the role is granted
+-- it when it is not a member yet (the owner needs ADMIN OPTION on it).
 -- Superusers and members of the schema's owner are never confined, so
 -- binding one is refused. Only a session that is not confined itself may
 -- bind. Returns the previous tenant, or NULL.
@@ -22,6 +24,10 @@ BEGIN
         RAISE EXCEPTION 'pgsched: % is a superuser or a member of the schema''s owner, which are never confined',
             bind_tenant.role
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(bind_tenant.role, 'pgsched_tenant_scoped', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT pgsched_tenant_scoped TO %I',
+                                  (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = bind_tenant.role));
     END IF;
     SELECT b.tenant INTO v_previous FROM pgsched.tenant_roles b WHERE b.role = bind_tenant.role;
     INSERT INTO pgsched.tenant_roles AS b (role, tenant, bound_at)

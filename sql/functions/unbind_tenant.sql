@@ -1,7 +1,8 @@
 -- unbind_tenant
--- contract: removes the tenant binding of the login role `role`; a member of
--- pgsched_tenant_scoped is then confined to nothing, any other login is no
--- longer confined. Only a session that is not confined itself may unbind.
+-- contract: removes the tenant binding of the login role `role`. It stays a
+-- member of pgsched_tenant_scoped, so it is then confined to nothing (fails
+-- closed) until it is bound again or that role is revoked from it. Only a
+-- session that is not confined itself may unbind.
 -- Returns the tenant it was bound to, or NULL.
 CREATE OR REPLACE FUNCTION pgsched.unbind_tenant(role regrole)
 RETURNS text
