@@ -59,9 +59,16 @@ CREATE TABLE pgsched.config (
     CONSTRAINT config_default_max_attempts_positive CHECK (default_max_attempts > 0),
     CONSTRAINT config_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
     CONSTRAINT config_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
-    CONSTRAINT config_partitions_ahead_range CHECK (partitions_ahead BETWEEN 1 AND 60)
+    CONSTRAINT config_partitions_ahead_range CHECK (partitions_ahead BETWEEN 1 AND 60),
+    CONSTRAINT config_max_payload_range CHECK (max_payload_bytes <= 268435456),
+    CONSTRAINT config_default_max_attempts_range CHECK (default_max_attempts <= 1000000),
+    CONSTRAINT config_backoff_max_range CHECK (backoff_max <= interval '365 days'),
+    CONSTRAINT config_retention_range CHECK (
+        history_retention BETWEEN interval '0' AND interval '100 years'
+        AND events_retention BETWEEN interval '0' AND interval '100 years'
+        AND idempotency_retention BETWEEN interval '0' AND interval '100 years')
 );
-COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install.';
+COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 
 INSERT INTO pgsched.config (shards)
 VALUES (coalesce(nullif(pg_catalog.current_setting('pgsched.install_shards', true), '')::smallint, 8));

@@ -36,6 +36,8 @@ CREATE TABLE pgsched.jobs (
     CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND pg_catalog.length(queue) <= 63),
     CONSTRAINT jobs_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
     CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
+    -- Bounded, so release/snooze (max_attempts + 1) and retry can never overflow.
+    CONSTRAINT jobs_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT jobs_run_at_finite CHECK (pg_catalog.isfinite(run_at)),
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -1000000 AND 1000000),
     CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.octet_length(idempotency_key) BETWEEN 1 AND 1000),
@@ -105,12 +107,15 @@ COMMENT ON TABLE pgsched.job_events IS
 
 -- Idempotency keys deduplicate against active jobs and, until expires_at,
 -- finished ones. Not partitioned, so the key is unique across all shards.
+-- A key belongs to its tenant: each tenant (and no tenant) is its own space.
 CREATE TABLE pgsched.idempotency_keys (
-    key        text        PRIMARY KEY,
+    key        text        NOT NULL,
     job_id     bigint      NOT NULL,
     shard      smallint    NOT NULL,
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    expires_at timestamptz  -- NULL while the job is active
+    expires_at timestamptz,  -- NULL while the job is active
+    tenant     text,
+    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant)
 );
 CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
     WHERE expires_at IS NOT NULL;
@@ -125,6 +130,7 @@ CREATE TABLE pgsched.tasks (
     backoff_jitter real,
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
     CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1)
 );
@@ -183,3 +189,15 @@ CREATE TABLE pgsched.queue_minutes (
 ) PARTITION BY RANGE (minute);
 COMMENT ON TABLE pgsched.queue_minutes IS
     'Per-minute, per-queue rollup written by pgsched.rollup_queue_history(); read pgsched.queue_history.';
+
+-- Tenant bindings: a login role listed here is confined to its tenant on
+-- every path, whatever it SET ROLEs to or sets (see _tenant_scope).
+-- Maintained with pgsched.bind_tenant() and pgsched.unbind_tenant().
+CREATE TABLE pgsched.tenant_roles (
+    role     regrole     PRIMARY KEY,
+    tenant   text        NOT NULL,
+    bound_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT tenant_roles_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+);
+COMMENT ON TABLE pgsched.tenant_roles IS
+    'Login roles confined to one tenant (bind_tenant / unbind_tenant); decided from session_user, so SET ROLE changes nothing.';

@@ -60,6 +60,7 @@ CREATE TABLE pgsched.schedules (
     CONSTRAINT schedules_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT schedules_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
     CONSTRAINT schedules_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT schedules_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT schedules_gap_policy_valid CHECK (gap_policy IN ('run', 'skip')),
     CONSTRAINT schedules_overlap_policy_valid CHECK (overlap_policy IN ('once', 'twice')),
     CONSTRAINT schedules_misfire_policy_valid CHECK (misfire_policy IN ('skip', 'latest', 'all')),

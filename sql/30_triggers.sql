@@ -1,23 +1,38 @@
--- pgsched: triggers.
+-- pgsched: triggers. CREATE OR REPLACE, so a migration can apply this file whole.
 --
 -- Every row entering pgsched.jobs passes tg_jobs__before_insert, except rows
 -- written by enqueue() and enqueue_many(), which do the same work set-based
 -- and mark themselves with the transaction-local setting
 -- pgsched.trusted_insert. The mark counts only for the schema's owner (those
 -- functions run as the owner), so no other role can skip the trigger.
+-- Writers other than the owner (plain INSERTs by applications) pass the
+-- 'untrusted' trigger, which also assigns id, shard and created_at and
+-- refuses a schedule link; CURRENT_USER in WHEN is the writer's role, before
+-- the SECURITY DEFINER function switches to the owner.
 DO $$
 BEGIN
     EXECUTE pg_catalog.format($sql$
-        CREATE TRIGGER tg_jobs__before_insert
+        CREATE OR REPLACE TRIGGER tg_jobs__before_insert
             BEFORE INSERT ON pgsched.jobs
             FOR EACH ROW
-            WHEN (pg_catalog.current_setting('pgsched.trusted_insert', true) IS DISTINCT FROM 'on'
-                  OR CURRENT_USER <> %L)
-            EXECUTE FUNCTION pgsched.tg_jobs__before_insert()
+            WHEN (CURRENT_USER <> %L)
+            EXECUTE FUNCTION pgsched.tg_jobs__before_insert('untrusted')
+        $sql$, current_user);
+    EXECUTE pg_catalog.format($sql$
+        CREATE OR REPLACE TRIGGER tg_jobs__before_insert_owner
+            BEFORE INSERT ON pgsched.jobs
+            FOR EACH ROW
+            WHEN (CURRENT_USER = %L
+                  AND pg_catalog.current_setting('pgsched.trusted_insert', true) IS DISTINCT FROM 'on')
+            EXECUTE FUNCTION pgsched.tg_jobs__before_insert('owner')
         $sql$, current_user);
 END
 $$;
 
-CREATE TRIGGER tg_schedules__before_write
+CREATE OR REPLACE TRIGGER tg_schedules__before_write
     BEFORE INSERT OR UPDATE ON pgsched.schedules
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_schedules__before_write();
+
+CREATE OR REPLACE TRIGGER tg_config__before_update
+    BEFORE UPDATE ON pgsched.config
+    FOR EACH ROW EXECUTE FUNCTION pgsched.tg_config__before_update();

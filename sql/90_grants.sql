@@ -4,8 +4,13 @@
 --   pgsched_worker   claim, heartbeat, complete, fail, snooze, release, housekeeping;
 --                    reads everything, writes nothing directly
 --   pgsched_admin    both of the above, plus cancel, retry, queue pause/resume, config
---   pgsched_tenant_scoped  a marker: members see and write only the tenant named in
---                    the setting pgsched.tenant (nothing when it is missing)
+--   pgsched_tenant_scoped  a marker: members are confined to the tenant their
+--                    login is bound to (bind_tenant); unbound, to nothing
+--
+-- Tenants are bound to login roles (pgsched.tenant_roles) and decided from
+-- session_user (see _tenant_scope), so SET ROLE and SET pgsched.tenant move
+-- no bound or scoped session. Only the owner can move a function's clock
+-- (_clock).
 --
 -- Applications connect as roles granted these, never as the owner. Every
 -- function that writes runs as SECURITY DEFINER with a fixed search_path.
@@ -19,12 +24,16 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 
 -- Used by the row-level security policies, so callable by whoever reads.
-GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text), pgsched._tenant_scope()
+    TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
 GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
-GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
+-- Only the columns a user chooses: id, shard, created_at, state, leases and
+-- schedule links come from the database (a named one is permission denied).
+GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant)
+    ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
     TO pgsched_enqueue;
@@ -35,7 +44,9 @@ GRANT EXECUTE ON FUNCTION
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards,
-    pgsched.rollup_queue_history
+    pgsched.rollup_queue_history,
+    -- code-defined schedules (@app.cron) only: see _check_schedule_write
+    pgsched.upsert_schedule
     TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
@@ -44,10 +55,15 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.c
     pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history
     TO pgsched_worker;
 
-GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many, pgsched.pause_queue, pgsched.resume_queue,
-    pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule
+GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many,
+    pgsched.pause_queue, pgsched.resume_queue,
+    pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule,
+    pgsched.bind_tenant, pgsched.unbind_tenant
     TO pgsched_admin;
+GRANT SELECT ON pgsched.tenant_roles TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
+-- The table's CHECK constraints run with the writer's rights.
+GRANT EXECUTE ON FUNCTION pgsched._valid_timezone(text) TO pgsched_admin;
 GRANT UPDATE ON pgsched.config TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
 
@@ -58,17 +74,54 @@ ALTER VIEW pgsched.workers_live SET (security_invoker = true);
 ALTER VIEW pgsched.schedule_status SET (security_invoker = true);
 ALTER VIEW pgsched.queue_history SET (security_invoker = true);
 
+-- Row-level security. A policy computes the session's scope once per
+-- statement (the sub-selects are InitPlans); NULL means not confined. The
+-- owner's SECURITY DEFINER functions bypass it and confine tenants themselves.
 ALTER TABLE pgsched.jobs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY jobs_tenant ON pgsched.jobs
-    USING (pgsched._tenant_visible(tenant))
-    WITH CHECK (pgsched._tenant_visible(tenant));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
+    WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL
+                OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
 ALTER TABLE pgsched.job_history ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_history_tenant ON pgsched.job_history
-    USING (pgsched._tenant_visible(tenant));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+-- Events carry no tenant: a confined session sees none.
 ALTER TABLE pgsched.job_events ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_events_unscoped ON pgsched.job_events
-    USING (pgsched._tenant_visible(NULL));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
+ALTER TABLE pgsched.idempotency_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idempotency_keys_tenant ON pgsched.idempotency_keys
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+ALTER TABLE pgsched.schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY schedules_tenant ON pgsched.schedules
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
+    WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL
+                OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+ALTER TABLE pgsched.schedule_occurrences ENABLE ROW LEVEL SECURITY;
+CREATE POLICY schedule_occurrences_unscoped ON pgsched.schedule_occurrences
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
+-- Shared by every tenant: readable by all who may read, written only by
+-- sessions that are not confined.
+DO $$
+DECLARE
+    v_table text;
+BEGIN
+    FOREACH v_table IN ARRAY ARRAY['config', 'tasks', 'queues'] LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE pgsched.%I ENABLE ROW LEVEL SECURITY', v_table);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY %I ON pgsched.%I USING (true) WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL)',
+            v_table || '_shared', v_table);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY %I ON pgsched.%I AS RESTRICTIVE FOR DELETE USING ((SELECT pgsched._tenant_scope()) IS NULL)',
+            v_table || '_shared_delete', v_table);
+    END LOOP;
+END
+$$;
 -- The rollup sums every tenant's work: only unconfined roles read it.
 ALTER TABLE pgsched.queue_minutes ENABLE ROW LEVEL SECURITY;
 CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes
-    USING (pgsched._tenant_visible(NULL));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);

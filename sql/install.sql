@@ -14,7 +14,11 @@
 \ir functions/_cron_value.sql
 \ir functions/_cron_field.sql
 \ir functions/_check_schedule.sql
+\ir functions/_tenant_scope.sql
 \ir functions/_check_tenant.sql
+\ir functions/_check_schedule_write.sql
+\ir functions/_check_unconfined.sql
+\ir functions/_clock.sql
 \ir functions/_ensure_day_partition.sql
 \ir functions/_event.sql
 \ir functions/_finish.sql
@@ -27,6 +31,7 @@
 \ir functions/acquire_idle_shards.sql
 \ir functions/acquire_shards.sql
 \ir functions/add_occurrences.sql
+\ir functions/bind_tenant.sql
 \ir functions/cancel.sql
 \ir functions/cancel_many.sql
 \ir functions/claim.sql
@@ -57,8 +62,10 @@
 \ir functions/schedule_error.sql
 \ir functions/schema_revision.sql
 \ir functions/snooze.sql
+\ir functions/tg_config__before_update.sql
 \ir functions/tg_jobs__before_insert.sql
 \ir functions/tg_schedules__before_write.sql
+\ir functions/unbind_tenant.sql
 \ir functions/unregister_worker.sql
 \ir functions/upsert_schedule.sql
 \ir functions/vacuum_candidates.sql

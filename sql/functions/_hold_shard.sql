@@ -4,7 +4,8 @@
 -- not run out; otherwise raises SQLSTATE PS409 and the caller's whole
 -- transaction is rolled back. Holding the lock until commit means a takeover
 -- (which updates the row) waits for this write to finish, or this write sees
--- the takeover and is rejected: never both.
+-- the takeover and is rejected: never both. A session confined to a tenant
+-- is refused (insufficient_privilege).
 CREATE OR REPLACE FUNCTION pgsched._hold_shard(
     p_scanner text,
     p_shard   integer,
@@ -16,6 +17,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
+    PERFORM pgsched._check_unconfined('run a scanner (scanners act for every tenant)');
     PERFORM 1 FROM pgsched.shard_leases l
     WHERE l.shard = p_shard AND l.owner = p_scanner AND l.epoch = p_epoch AND l.expires_at > p_now
     FOR SHARE;

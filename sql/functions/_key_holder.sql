@@ -5,9 +5,11 @@
 -- p_task/p_args, raises SQLSTATE PS422 naming the key and the holder instead
 -- of handing back another job's id. Options (queue, run_at, priority...) are
 -- not compared: the first enqueue's stand. p_row, 1-based, numbers the row in
--- a batch. Each statement here takes a new snapshot, so it sees a concurrent
+-- a batch. Keys are per tenant: p_tenant (NULL: no tenant) names the space. Each statement here takes a new snapshot, so it sees a concurrent
 -- holder that the caller's key insert waited for.
-CREATE OR REPLACE FUNCTION pgsched._key_holder(p_key text, p_task text, p_args jsonb, p_row bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION pgsched._key_holder(
+    p_key text, p_task text, p_args jsonb, p_row bigint DEFAULT NULL, p_tenant text DEFAULT NULL
+)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -18,7 +20,8 @@ DECLARE
     v_task text;
     v_args jsonb;
 BEGIN
-    SELECT k.job_id, k.shard INTO v_id, v_shard FROM pgsched.idempotency_keys k WHERE k.key = p_key;
+    SELECT k.job_id, k.shard INTO v_id, v_shard FROM pgsched.idempotency_keys k
+    WHERE k.key = p_key AND k.tenant IS NOT DISTINCT FROM p_tenant;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;

@@ -18,14 +18,17 @@ AS $$
 DECLARE
     v_job pgsched.jobs;
     v_run_at timestamptz := coalesce(p_run_at, p_now);
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     UPDATE pgsched.jobs j
     SET run_at = v_run_at,
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-        max_attempts = j.max_attempts + 1,
+        -- saturates at the enqueue bound (jobs_max_attempts_range): never overflows
+        max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
     WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NULL
+      AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
         PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
@@ -41,6 +44,7 @@ BEGIN
     DELETE FROM pgsched.jobs j
     WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NOT NULL
+      AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
         PERFORM pgsched._finish(v_job, 'cancelled', p_now, 'cancelled while running');

@@ -1,13 +1,16 @@
 -- _tenant_visible
--- contract: row-level security predicate. Roles that are members of
--- pgsched_tenant_scoped see (and write) only rows of the tenant named in the
--- setting pgsched.tenant; with the setting missing they see nothing. Other
--- roles see every row. No SET clause, so PostgreSQL inlines it into each
--- query's row filter; every call and operator is schema-qualified instead.
+-- contract: whether a row of tenant p_tenant is visible to (and writable by)
+-- the current session, as the row-level security policies decide it (see
+-- _tenant_scope): true for every row when the session is not confined,
+-- else only for rows of its tenant (no tenant is not "any tenant"). For the
+-- SECURITY DEFINER functions, which bypass row-level security and check
+-- single rows with it. Every call and operator is schema-qualified.
 CREATE OR REPLACE FUNCTION pgsched._tenant_visible(p_tenant text)
 RETURNS boolean
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_scoped', 'MEMBER')
-        OR p_tenant OPERATOR(pg_catalog.=) nullif(pg_catalog.current_setting('pgsched.tenant', true), '')
+    SELECT CASE WHEN s.scope IS NULL THEN true
+                ELSE coalesce(p_tenant OPERATOR(pg_catalog.=) s.scope, false) END
+    FROM pgsched._tenant_scope() AS s(scope)
 $$;

@@ -19,12 +19,13 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_shards integer;
     v_live integer;
     v_share integer;
     v_mine integer;
 BEGIN
+    PERFORM pgsched._check_unconfined('run a scanner (scanners act for every tenant)');
     IF acquire_shards.lease IS NULL OR acquire_shards.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: the scanner lease must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -27,7 +27,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_sched pgsched.schedules;
     v_occ jsonb;
     v_fire timestamptz;
@@ -61,7 +61,8 @@ BEGIN
             IF v_job_id IS NOT NULL THEN
                 v_created := v_created + 1;
             ELSE
-                SELECT k.job_id INTO v_job_id FROM pgsched.idempotency_keys k WHERE k.key = v_key;
+                SELECT k.job_id INTO v_job_id FROM pgsched.idempotency_keys k
+                WHERE k.key = v_key AND k.tenant IS NOT DISTINCT FROM v_sched.tenant;
             END IF;
         END IF;
         INSERT INTO pgsched.schedule_occurrences AS o

@@ -38,7 +38,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: started_at - run_at is the start lag.
-    v_now timestamptz := coalesce(p_now, pg_catalog.clock_timestamp());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_shards integer;
     v_audit boolean;
     v_queues text[];
@@ -47,6 +47,8 @@ DECLARE
     v_shard smallint;
     v_queue text;
     v_nq integer;
+    -- A session confined to a tenant claims only that tenant's jobs.
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
@@ -71,6 +73,7 @@ BEGIN
                 WHERE j.state = 'available'
                   AND j.queue = v_queue
                   AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+                  AND (v_scope IS NULL OR j.tenant = v_scope)
                 ORDER BY j.priority DESC, j.run_at, j.id
                 LIMIT v_left
                 FOR UPDATE SKIP LOCKED
@@ -114,6 +117,7 @@ BEGIN
               AND j.queue = v_queue
               -- the first arm keeps the row estimate right (most jobs need no labels)
               AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+              AND (v_scope IS NULL OR j.tenant = v_scope)
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED

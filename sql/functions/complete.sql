@@ -20,8 +20,9 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_config pgsched.config;
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     SELECT * INTO v_config FROM pgsched.config;
     RETURN QUERY
@@ -38,6 +39,7 @@ BEGIN
         USING input u
         WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
           AND (u.shard IS NULL OR j.shard = u.shard)
+          AND (v_scope IS NULL OR j.tenant = v_scope)  -- tokens are guessable, tenants are not
         RETURNING j.*, u.result
     ), history AS (
         INSERT INTO pgsched.job_history

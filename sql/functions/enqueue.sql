@@ -1,8 +1,8 @@
 -- enqueue
 -- contract: adds one job and returns its id. For an idempotency key already
 -- held by an active job, or by a finished one within the retention window,
--- returns that job's id and adds nothing, provided the task and args are the
--- same (else PS422, see _key_holder). The shard derives from the key when
+-- returns that job's id and adds nothing (keys are per tenant), provided the
+-- task and args are the same (else PS422, see _key_holder). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
 -- A refused value raises with its column named (see _check_job).
 --
@@ -53,14 +53,14 @@ BEGIN
         -- The key row is the lock: a concurrent enqueue of the same key waits
         -- here for the first one's commit, then sees the conflict. A key whose
         -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        VALUES (enqueue.idempotency_key, v_id, v_shard, v_now)
-        ON CONFLICT (key) DO UPDATE
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue.idempotency_key, enqueue.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
             SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
             WHERE k.expires_at < v_now;
         IF NOT FOUND THEN
             -- A new statement: its snapshot sees the holder we waited for.
-            RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args);
+            RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args, NULL, enqueue.tenant);
         END IF;
     END IF;
 

@@ -31,6 +31,7 @@ DECLARE
     v_ords bigint[];
     v_ids bigint[];
     v_keys text[];
+    v_tenants text[];
     v_queues text[];
     v_scheduled boolean;
     v_n integer := pg_catalog.cardinality(tasks);
@@ -152,18 +153,18 @@ BEGIN
                     ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
                END AS shard,
                -- only the first row of a key in this batch is inserted
-               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key, n.tenant) AS first_of_key
         FROM numbered n
     ), taken AS (
         -- Keys are taken in key order, so concurrent batches sharing keys
         -- wait for each other instead of deadlocking. A key whose retention
         -- ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        SELECT i.key, i.id, i.shard, v_now
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now
         FROM input i
         WHERE i.key IS NOT NULL AND i.first_of_key
         ORDER BY i.key
-        ON CONFLICT (key) DO UPDATE
+        ON CONFLICT (key, tenant) DO UPDATE
             SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
             WHERE k.expires_at < v_now
         RETURNING k.job_id
@@ -186,9 +187,10 @@ BEGIN
     SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
            pg_catalog.array_agg(ins.id ORDER BY i.ord),
            pg_catalog.array_agg(i.key ORDER BY i.ord),
+           pg_catalog.array_agg(i.tenant ORDER BY i.ord),
            pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
            pg_catalog.bool_or(ins.state = 'scheduled')
-    INTO v_ords, v_ids, v_keys, v_queues, v_scheduled
+    INTO v_ords, v_ids, v_keys, v_tenants, v_queues, v_scheduled
     FROM input i
     LEFT JOIN inserted ins ON ins.id = i.id;
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
@@ -202,8 +204,8 @@ BEGIN
     -- snapshot sees a concurrent enqueue of the same key that we waited for,
     -- and refuse the batch if it holds other work (PS422, naming the row).
     RETURN QUERY
-    SELECT x.o, coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o))
-    FROM unnest(v_ords, v_ids, v_keys) AS x(o, id, k)
+    SELECT x.o, coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o, x.t))
+    FROM unnest(v_ords, v_ids, v_keys, v_tenants) AS x(o, id, k, t)
     JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o
     ORDER BY x.o;
 END

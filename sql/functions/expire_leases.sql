@@ -18,7 +18,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_requeued text[];
     v_finished integer;
     v_count integer;

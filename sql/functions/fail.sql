@@ -21,9 +21,10 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     UPDATE pgsched.jobs j
     SET run_at = v.run_at,
@@ -35,6 +36,7 @@ BEGIN
                coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
         FROM pgsched.jobs j2
         WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
+          AND (v_scope IS NULL OR j2.tenant = v_scope)
     ) v
     WHERE j.id = v.id AND j.shard = v.shard
       AND j.lease_token = fail.token AND j.state = 'running'
@@ -56,6 +58,7 @@ BEGIN
 
     DELETE FROM pgsched.jobs j
     WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND (v_scope IS NULL OR j.tenant = v_scope)
       AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
     RETURNING j.* INTO v_job;
     IF FOUND THEN

@@ -21,7 +21,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
         UPDATE pgsched.workers w
@@ -36,12 +37,12 @@ BEGIN
         SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running'
+        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running'
+        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
         UPDATE pgsched.jobs j

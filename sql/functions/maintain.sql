@@ -13,7 +13,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_today date := (v_now AT TIME ZONE 'UTC')::date;
     v_config pgsched.config;
     v_created integer := 0;
@@ -81,8 +81,8 @@ BEGIN
 
     WITH gone AS (
         DELETE FROM pgsched.idempotency_keys k
-        WHERE k.key IN (SELECT k2.key FROM pgsched.idempotency_keys k2
-                        WHERE k2.expires_at < v_now LIMIT 50000)
+        WHERE (k.key, k.job_id) IN (SELECT k2.key, k2.job_id FROM pgsched.idempotency_keys k2
+                                    WHERE k2.expires_at < v_now LIMIT 50000)
         RETURNING 1
     )
     SELECT pg_catalog.count(*) INTO v_keys FROM gone;

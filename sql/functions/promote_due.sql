@@ -33,7 +33,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_count integer;
     v_queues text[];
     v_occ record;
@@ -194,7 +194,13 @@ BEGIN
                     PERFORM pgsched._finish(v_job, 'cancelled', v_now, pg_catalog.format(
                         'replaced by the occurrence due at %s (concurrency policy replace)', v_occ.run_at));
                 ELSE
-                    PERFORM pgsched.cancel(v_prev.id, v_now);
+                    UPDATE pgsched.jobs j SET cancel_requested_at = coalesce(j.cancel_requested_at, v_now)
+                    WHERE j.id = v_prev.id AND j.shard = v_prev.shard AND j.state = 'running'
+                    RETURNING j.* INTO v_job;
+                    IF FOUND THEN
+                        PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt,
+                                               v_job.leased_by, v_job.lease_token);
+                    END IF;
                 END IF;
             END LOOP;
             UPDATE pgsched.jobs j SET state = 'available'

@@ -2,7 +2,8 @@
 -- contract: upserts task policies from a JSON array of objects with keys
 -- name (required), queue, max_attempts, backoff_base, backoff_max,
 -- backoff_jitter (seconds). Workers call it at start with the tasks they
--- serve. Returns the number of tasks registered.
+-- serve. Returns the number of tasks registered. A session confined to a
+-- tenant adds new tasks only: it never changes a policy every tenant shares.
 CREATE OR REPLACE FUNCTION pgsched.register_tasks(tasks jsonb)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
@@ -23,7 +24,10 @@ BEGIN
     ON CONFLICT (name) DO UPDATE
     SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts, backoff_base = EXCLUDED.backoff_base,
         backoff_max = EXCLUDED.backoff_max, backoff_jitter = EXCLUDED.backoff_jitter, updated_at = EXCLUDED.updated_at
-    WHERE (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter)
+    -- A session confined to a tenant adds tasks but never changes the policy
+    -- of a task every tenant shares.
+    WHERE pgsched._tenant_scope() IS NULL
+      AND (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter)
           IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts, EXCLUDED.backoff_base,
                             EXCLUDED.backoff_max, EXCLUDED.backoff_jitter);
     GET DIAGNOSTICS v_count = ROW_COUNT;

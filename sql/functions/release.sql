@@ -9,10 +9,15 @@ CREATE OR REPLACE FUNCTION pgsched.release(
     p_now   timestamptz DEFAULT NULL
 )
 RETURNS TABLE (job_id bigint, outcome text)
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(release.p_now, pg_catalog.now()))
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+BEGIN
+    RETURN QUERY
+    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', v_now)
     FROM unnest(release.job_ids, release.tokens) AS u(id, token)
-    ORDER BY u.id
+    ORDER BY u.id;
+END
 $$;

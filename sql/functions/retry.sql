@@ -15,7 +15,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_last pgsched.job_history;
     v_id bigint;
     v_tenant text;
@@ -61,7 +61,8 @@ BEGIN
     END IF;
     -- The insert trigger starts every job at attempt 0; carry the count on.
     UPDATE pgsched.jobs j
-    SET attempt = v_last.attempt, max_attempts = v_last.attempt + j.max_attempts
+    SET attempt = v_last.attempt,
+        max_attempts = least(v_last.attempt::bigint + j.max_attempts, 1000000)::integer
     WHERE j.id = v_id AND j.shard = v_last.shard;
     PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
         pg_catalog.jsonb_build_object('previous_state', v_last.state));

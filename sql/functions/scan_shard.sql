@@ -17,14 +17,15 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_expired integer;
     v_promoted integer;
     v_next timestamptz;
 BEGIN
     PERFORM pgsched._hold_shard(scan_shard.scanner, scan_shard.shard, scan_shard.epoch, v_now);
-    v_expired := pgsched.expire_leases(v_now, 1000, scan_shard.shard);
-    v_promoted := pgsched.promote_due(v_now, 10000, scan_shard.shard);
+    -- p_now itself (checked above; NULL means the same transaction clock).
+    v_expired := pgsched.expire_leases(scan_shard.p_now, 1000, scan_shard.shard);
+    v_promoted := pgsched.promote_due(scan_shard.p_now, 10000, scan_shard.shard);
     v_next := pgsched.next_due(scan_shard.shard);
     IF v_promoted < 10000 AND v_next <= v_now THEN
         v_next := v_now + interval '1 second';

@@ -19,7 +19,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM pgsched._hold_shard(schedule_error.scanner, schedule_error.shard, schedule_error.epoch,
-                                coalesce(p_now, pg_catalog.now()));
+                                coalesce(pgsched._clock(p_now), pg_catalog.now()));
     UPDATE pgsched.schedules s
     SET last_error = schedule_error.error, expanded_version = s.version
     WHERE s.name = schedule_error.schedule AND s.version = schedule_error.version;

@@ -5,6 +5,15 @@
 -- existing job; enqueue() then returns that job's id. A repeated key with
 -- another task or other args raises PS422 (see _key_holder); a refused value
 -- raises naming its column and value (see _check_job), not a partition.
+--
+-- Two triggers call it (30_triggers.sql). For a writer other than the
+-- schema's owner (TG_ARGV[0] = 'untrusted': a plain INSERT by an
+-- application) the database also assigns the id and stamps created_at,
+-- whatever the INSERT said, and a schedule link is refused: only the owner's
+-- functions (retry, the scanners' add_occurrences) set those. The shard, the
+-- partition key, cannot change in a row trigger; pgsched_enqueue may name
+-- only the columns a user chooses (90_grants.sql), so it comes from the
+-- column default.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -16,6 +25,21 @@ DECLARE
     v_default_attempts integer;
 BEGIN
     SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
+
+    IF TG_ARGV[0] = 'untrusted' THEN
+        IF NEW.schedule IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: schedule is set by the scanners, not by an INSERT'
+                USING ERRCODE = 'insufficient_privilege', SCHEMA = 'pgsched', TABLE = 'jobs', COLUMN = 'schedule';
+        END IF;
+        -- A copied id would give two active rows one identity (on two shards).
+        NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
+        NEW.created_at := v_now;
+        -- Before the key is looked at, so another tenant's keys reveal nothing
+        -- (row-level security checks the row itself after this trigger).
+        IF NEW.idempotency_key IS NOT NULL THEN
+            PERFORM pgsched._check_tenant(NEW.tenant);
+        END IF;
+    END IF;
 
     -- A new job starts from nothing, whatever the INSERT said.
     NEW.attempt := 0;
@@ -43,14 +67,14 @@ BEGIN
         -- here for the first one's commit, then sees the conflict. A redrive
         -- of the same job (retry()) re-activates its own key; a key whose
         -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        VALUES (NEW.idempotency_key, NEW.id, NEW.shard, v_now)
-        ON CONFLICT (key) DO UPDATE
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (NEW.idempotency_key, NEW.tenant, NEW.id, NEW.shard, v_now)
+        ON CONFLICT (key, tenant) DO UPDATE
             SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
             WHERE k.job_id = NEW.id OR k.expires_at < v_now;
         IF NOT FOUND THEN
             IF NEW.schedule IS NULL THEN
-                PERFORM pgsched._key_holder(NEW.idempotency_key, NEW.task, NEW.args);
+                PERFORM pgsched._key_holder(NEW.idempotency_key, NEW.task, NEW.args, NULL, NEW.tenant);
             END IF;
             RETURN NULL;
         END IF;

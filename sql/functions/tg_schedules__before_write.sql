@@ -3,10 +3,11 @@
 -- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
 -- its version, so the next scan withdraws the occurrences expanded under the
 -- old version and expands the new one. Works for plain INSERT/UPDATE too,
--- which are refused what upsert_schedule refuses (_check_schedule).
+-- which are refused what upsert_schedule refuses (_check_schedule)
+-- (SECURITY DEFINER: pgsched_admin writes the table but not the helpers).
 CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
 RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN

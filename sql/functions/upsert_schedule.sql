@@ -3,7 +3,10 @@
 -- update that changes what it fires takes effect at the next scan: future
 -- occurrences expanded under the old definition are withdrawn and replaced).
 -- Returns the schedule's version afterwards. Refuses (with the reason) a
--- schedule that could never be expanded: see _check_schedule.
+-- schedule that could never be expanded: see _check_schedule. A session
+-- confined to a tenant writes only schedules of its tenant; a worker login
+-- (without pgsched_admin) only schedules defined in code (see
+-- _check_schedule_write).
 CREATE OR REPLACE FUNCTION pgsched.upsert_schedule(
     name           text,
     cron           text,
@@ -29,6 +32,8 @@ RETURNS integer
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+    SELECT pgsched._check_schedule_write(upsert_schedule.name, upsert_schedule.tenant,
+                                         coalesce(upsert_schedule.source, 'sql'));
     SELECT pgsched._check_schedule(upsert_schedule.cron, upsert_schedule.priority, upsert_schedule.max_attempts,
                                    upsert_schedule.labels, upsert_schedule.tenant, upsert_schedule.args);
     INSERT INTO pgsched.schedules AS s
@@ -51,5 +56,6 @@ AS $$
         misfire_grace = EXCLUDED.misfire_grace,
         concurrency = EXCLUDED.concurrency, enabled = EXCLUDED.enabled, horizon = EXCLUDED.horizon,
         labels = EXCLUDED.labels, tenant = EXCLUDED.tenant, source = EXCLUDED.source
+    WHERE pgsched._tenant_visible(s.tenant)
     RETURNING s.version
 $$;
