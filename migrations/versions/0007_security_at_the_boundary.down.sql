@@ -1,0 +1,2044 @@
+-- 0007 down: security at the boundary
+
+-- Policies, triggers and tables first: they depend on the functions dropped below.
+DROP POLICY IF EXISTS jobs_tenant ON pgsched.jobs;
+DROP POLICY IF EXISTS job_history_tenant ON pgsched.job_history;
+DROP POLICY IF EXISTS job_events_unscoped ON pgsched.job_events;
+DROP POLICY IF EXISTS queue_minutes_unscoped ON pgsched.queue_minutes;
+DROP POLICY IF EXISTS idempotency_keys_tenant ON pgsched.idempotency_keys;
+DROP POLICY IF EXISTS schedules_tenant ON pgsched.schedules;
+DROP POLICY IF EXISTS schedule_occurrences_unscoped ON pgsched.schedule_occurrences;
+ALTER TABLE pgsched.idempotency_keys DISABLE ROW LEVEL SECURITY;
+ALTER TABLE pgsched.schedules DISABLE ROW LEVEL SECURITY;
+ALTER TABLE pgsched.schedule_occurrences DISABLE ROW LEVEL SECURITY;
+DO $$
+DECLARE
+    v_table text;
+BEGIN
+    FOREACH v_table IN ARRAY ARRAY['config', 'tasks', 'queues'] LOOP
+        EXECUTE pg_catalog.format('DROP POLICY IF EXISTS %I ON pgsched.%I', v_table || '_shared', v_table);
+        EXECUTE pg_catalog.format('DROP POLICY IF EXISTS %I ON pgsched.%I', v_table || '_shared_delete', v_table);
+        EXECUTE pg_catalog.format('ALTER TABLE pgsched.%I DISABLE ROW LEVEL SECURITY', v_table);
+    END LOOP;
+END
+$$;
+CREATE POLICY jobs_tenant ON pgsched.jobs
+    USING (pgsched._tenant_visible(tenant)) WITH CHECK (pgsched._tenant_visible(tenant));
+CREATE POLICY job_history_tenant ON pgsched.job_history USING (pgsched._tenant_visible(tenant));
+CREATE POLICY job_events_unscoped ON pgsched.job_events USING (pgsched._tenant_visible(NULL));
+CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes USING (pgsched._tenant_visible(NULL));
+
+DROP TRIGGER IF EXISTS tg_config__before_update ON pgsched.config;
+DROP TRIGGER IF EXISTS tg_jobs__before_insert_owner ON pgsched.jobs;
+DROP TRIGGER IF EXISTS tg_jobs__before_insert ON pgsched.jobs;
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format($sql$
+        CREATE TRIGGER tg_jobs__before_insert
+            BEFORE INSERT ON pgsched.jobs
+            FOR EACH ROW
+            WHEN (pg_catalog.current_setting('pgsched.trusted_insert', true) IS DISTINCT FROM 'on'
+                  OR CURRENT_USER <> %L)
+            EXECUTE FUNCTION pgsched.tg_jobs__before_insert()
+        $sql$, current_user);
+END
+$$;
+
+DROP TABLE IF EXISTS pgsched.tenant_roles;
+ALTER TABLE pgsched.idempotency_keys DROP CONSTRAINT IF EXISTS idempotency_keys_key_tenant;
+-- Keys were global: of a key held in several tenants, the newest holder keeps it.
+DELETE FROM pgsched.idempotency_keys k USING pgsched.idempotency_keys newer
+WHERE newer.key = k.key AND newer.created_at > k.created_at;
+ALTER TABLE pgsched.idempotency_keys DROP COLUMN IF EXISTS tenant;
+ALTER TABLE pgsched.idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key);
+ALTER TABLE pgsched.jobs DROP CONSTRAINT IF EXISTS jobs_max_attempts_range;
+ALTER TABLE pgsched.tasks DROP CONSTRAINT IF EXISTS tasks_max_attempts_range;
+ALTER TABLE pgsched.schedules DROP CONSTRAINT IF EXISTS schedules_max_attempts_range;
+ALTER TABLE pgsched.config
+    DROP CONSTRAINT IF EXISTS config_max_payload_range,
+    DROP CONSTRAINT IF EXISTS config_default_max_attempts_range,
+    DROP CONSTRAINT IF EXISTS config_backoff_max_range,
+    DROP CONSTRAINT IF EXISTS config_retention_range;
+GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
+REVOKE EXECUTE ON FUNCTION pgsched.upsert_schedule FROM pgsched_worker;
+
+DROP FUNCTION IF EXISTS pgsched._tenant_scope();
+-- functions/_check_tenant.sql as of the previous revision
+-- _check_tenant
+-- contract: a session confined to a tenant (its login role is a member of
+-- pgsched_tenant_scoped) may enqueue only for the tenant in the setting
+-- pgsched.tenant; with the setting missing it may enqueue nothing (fails
+-- closed). Superusers are members of every role but are never confined.
+-- Raises insufficient_privilege otherwise.
+CREATE OR REPLACE FUNCTION pgsched._check_tenant(p_tenant text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_setting text := nullif(pg_catalog.current_setting('pgsched.tenant', true), '');
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+               WHERE r.rolname = session_user AND NOT r.rolsuper
+                 AND pg_catalog.pg_has_role(r.oid, 'pgsched_tenant_scoped', 'MEMBER'))
+       AND (v_setting IS NULL OR p_tenant IS DISTINCT FROM v_setting) THEN
+        RAISE EXCEPTION 'pgsched: this role is confined to tenant %, not %',
+            coalesce(v_setting, '(none set)'), coalesce(p_tenant, '(none)')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+
+
+DROP FUNCTION IF EXISTS pgsched._check_schedule_write(text, text, text);
+DROP FUNCTION IF EXISTS pgsched._check_unconfined(text);
+DROP FUNCTION IF EXISTS pgsched._clock(timestamptz);
+-- functions/_hold_shard.sql as of the previous revision
+-- _hold_shard
+-- contract: the fence of every scanner write. Locks the shard's lease row
+-- FOR SHARE if, and only if, p_scanner owns it under p_epoch and the lease has
+-- not run out; otherwise raises SQLSTATE PS409 and the caller's whole
+-- transaction is rolled back. Holding the lock until commit means a takeover
+-- (which updates the row) waits for this write to finish, or this write sees
+-- the takeover and is rejected: never both.
+CREATE OR REPLACE FUNCTION pgsched._hold_shard(
+    p_scanner text,
+    p_shard   integer,
+    p_epoch   bigint,
+    p_now     timestamptz
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    PERFORM 1 FROM pgsched.shard_leases l
+    WHERE l.shard = p_shard AND l.owner = p_scanner AND l.epoch = p_epoch AND l.expires_at > p_now
+    FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: scanner % no longer holds shard % under epoch %', p_scanner, p_shard, p_epoch
+            USING ERRCODE = 'PS409', HINT = 'Another scanner took the shard over; this write was rejected.';
+    END IF;
+END
+$$;
+
+
+DROP FUNCTION IF EXISTS pgsched._key_holder(text, text, jsonb, bigint, text);
+-- functions/_key_holder.sql as of the previous revision
+-- _key_holder
+-- contract: the id of the job holding idempotency key p_key (NULL when none
+-- does). A repeated key must repeat the work: when the holder (active, or
+-- finished within the retention) has another task or other args than
+-- p_task/p_args, raises SQLSTATE PS422 naming the key and the holder instead
+-- of handing back another job's id. Options (queue, run_at, priority...) are
+-- not compared: the first enqueue's stand. p_row, 1-based, numbers the row in
+-- a batch. Each statement here takes a new snapshot, so it sees a concurrent
+-- holder that the caller's key insert waited for.
+CREATE OR REPLACE FUNCTION pgsched._key_holder(p_key text, p_task text, p_args jsonb, p_row bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+    v_shard smallint;
+    v_task text;
+    v_args jsonb;
+BEGIN
+    SELECT k.job_id, k.shard INTO v_id, v_shard FROM pgsched.idempotency_keys k WHERE k.key = p_key;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT j.task, j.args INTO v_task, v_args FROM pgsched.jobs j WHERE j.id = v_id AND j.shard = v_shard;
+    IF NOT FOUND THEN
+        SELECT h.task, h.args INTO v_task, v_args FROM pgsched.job_history h WHERE h.id = v_id LIMIT 1;
+    END IF;
+    IF FOUND AND (v_task, v_args) IS DISTINCT FROM (p_task, coalesce(p_args, '{}')) THEN
+        RAISE EXCEPTION '%idempotency_key % is held by job % with %',
+                CASE WHEN p_row IS NULL THEN 'pgsched: ' ELSE pg_catalog.format('pgsched: row %s of the batch: ', p_row) END,
+                pgsched._shown(p_key), v_id,
+                CASE WHEN v_task IS DISTINCT FROM p_task
+                     THEN pg_catalog.format('task %s, not %s', pgsched._shown(v_task), pgsched._shown(p_task))
+                     ELSE pg_catalog.format('other args (%s, not %s)', pgsched._shown(v_args::text),
+                                            pgsched._shown(coalesce(p_args, '{}')::text)) END
+            USING ERRCODE = 'PS422', COLUMN = 'idempotency_key', SCHEMA = 'pgsched', TABLE = 'jobs',
+                  HINT = 'A repeated key returns the existing job only for the same task and args: use another key for other work.';
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+
+-- functions/_put_back.sql as of the previous revision
+-- _put_back
+-- contract: returns a running job to the queue under its fencing token
+-- without spending its failure budget: max_attempts grows by one, so the
+-- attempt counter keeps growing (every run has a new attempt and token) while
+-- the job keeps as many failures as it had. A job whose cancellation was
+-- requested is cancelled instead. Returns the new state, or 'lease_lost'.
+CREATE OR REPLACE FUNCTION pgsched._put_back(
+    p_job_id bigint,
+    p_token  bigint,
+    p_run_at timestamptz,
+    p_kind   text,
+    p_now    timestamptz
+)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_job pgsched.jobs;
+    v_run_at timestamptz := coalesce(p_run_at, p_now);
+BEGIN
+    UPDATE pgsched.jobs j
+    SET run_at = v_run_at,
+        state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+        max_attempts = j.max_attempts + 1,
+        lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.cancel_requested_at IS NULL
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
+            pg_catalog.jsonb_build_object('run_at', v_run_at));
+        IF v_job.state = 'available' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
+        ELSE
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN v_job.state::text;
+    END IF;
+
+    DELETE FROM pgsched.jobs j
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.cancel_requested_at IS NOT NULL
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        PERFORM pgsched._finish(v_job, 'cancelled', p_now, 'cancelled while running');
+        RETURN 'cancelled';
+    END IF;
+    RETURN 'lease_lost';
+END
+$$;
+
+
+-- functions/_tenant_visible.sql as of the previous revision
+-- _tenant_visible
+-- contract: row-level security predicate. Roles that are members of
+-- pgsched_tenant_scoped see (and write) only rows of the tenant named in the
+-- setting pgsched.tenant; with the setting missing they see nothing. Other
+-- roles see every row. No SET clause, so PostgreSQL inlines it into each
+-- query's row filter; every call and operator is schema-qualified instead.
+CREATE OR REPLACE FUNCTION pgsched._tenant_visible(p_tenant text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_scoped', 'MEMBER')
+        OR p_tenant OPERATOR(pg_catalog.=) nullif(pg_catalog.current_setting('pgsched.tenant', true), '')
+$$;
+
+
+-- functions/acquire_shards.sql as of the previous revision
+-- acquire_shards
+-- contract: a scanner's tick for its shard leases. Records the scanner as
+-- live, renews the leases it holds, gives back shards beyond its fair share
+-- (shards / live scanners, rounded up) so newcomers get theirs, and takes
+-- free or expired shards up to that share. Taking a shard raises its epoch;
+-- renewing keeps it; a lease that lapsed before renewal is re-taken with a
+-- new epoch, so writes prepared under the old one are rejected. Returns the
+-- shards held afterwards with their epochs and expiry.
+CREATE OR REPLACE FUNCTION pgsched.acquire_shards(
+    scanner text,
+    lease   interval    DEFAULT '10 seconds',
+    host    text        DEFAULT NULL,
+    pid     integer     DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (shard smallint, epoch bigint, expires_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_shards integer;
+    v_live integer;
+    v_share integer;
+    v_mine integer;
+BEGIN
+    IF acquire_shards.lease IS NULL OR acquire_shards.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: the scanner lease must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO pgsched.scanners AS s (name, host, pid, started_at, last_seen)
+    VALUES (acquire_shards.scanner, acquire_shards.host, acquire_shards.pid, v_now, v_now)
+    ON CONFLICT (name) DO UPDATE SET last_seen = v_now;
+
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
+    SELECT pg_catalog.count(*) INTO v_live
+    FROM pgsched.scanners s WHERE s.last_seen > v_now - acquire_shards.lease;
+    v_share := (v_shards + greatest(v_live, 1) - 1) / greatest(v_live, 1);
+
+    -- Renew what is still ours; a lapsed lease of ours comes back with a new epoch.
+    UPDATE pgsched.shard_leases l
+    SET expires_at = v_now + acquire_shards.lease, renewed_at = v_now,
+        epoch = CASE WHEN l.expires_at > v_now THEN l.epoch ELSE l.epoch + 1 END
+    WHERE l.owner = acquire_shards.scanner;
+
+    SELECT pg_catalog.count(*) INTO v_mine FROM pgsched.shard_leases l WHERE l.owner = acquire_shards.scanner;
+    IF v_mine > v_share THEN
+        UPDATE pgsched.shard_leases l
+        SET owner = NULL, expires_at = NULL, renewed_at = v_now
+        WHERE l.shard IN (
+            SELECT l2.shard FROM pgsched.shard_leases l2
+            WHERE l2.owner = acquire_shards.scanner
+            ORDER BY l2.shard DESC
+            LIMIT v_mine - v_share);
+    ELSIF v_mine < v_share THEN
+        UPDATE pgsched.shard_leases l
+        SET owner = acquire_shards.scanner, epoch = l.epoch + 1,
+            expires_at = v_now + acquire_shards.lease, renewed_at = v_now
+        WHERE l.shard IN (
+            SELECT l2.shard FROM pgsched.shard_leases l2
+            WHERE l2.owner IS NULL OR l2.expires_at <= v_now
+            ORDER BY l2.shard
+            LIMIT v_share - v_mine
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
+    SELECT l.shard, l.epoch, l.expires_at
+    FROM pgsched.shard_leases l
+    WHERE l.owner = acquire_shards.scanner
+    ORDER BY l.shard;
+END
+$$;
+
+
+-- functions/add_occurrences.sql as of the previous revision
+-- add_occurrences
+-- contract: files a scanner's expansion of one schedule over a window, fenced
+-- by the scanner's lease on the schedule's shard (PS409 when lost). Each
+-- element of `occurrences` is {fire_at, nominal, dst, decision, reason}:
+-- decisions 'fire' and 'misfire_fired' become ordinary jobs due at fire_at
+-- whose idempotency key is (schedule, fire time in UTC), so two scanners, a
+-- restart or a re-expansion never create one occurrence twice; every element
+-- is recorded in schedule_occurrences with its decision (first decision
+-- wins). When the schedule's version is not p_version any more (edited
+-- meanwhile) nothing is filed. A version change since the last expansion
+-- first withdraws the not-yet-started occurrences from p_from on. Returns the
+-- number of jobs created.
+CREATE OR REPLACE FUNCTION pgsched.add_occurrences(
+    scanner     text,
+    shard       integer,
+    epoch       bigint,
+    schedule    text,
+    version     integer,
+    occurrences jsonb,
+    p_from      timestamptz,
+    p_until     timestamptz,
+    p_now       timestamptz DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_sched pgsched.schedules;
+    v_occ jsonb;
+    v_fire timestamptz;
+    v_job_id bigint;
+    v_created integer := 0;
+    v_key text;
+BEGIN
+    PERFORM pgsched._hold_shard(add_occurrences.scanner, add_occurrences.shard, add_occurrences.epoch, v_now);
+    SELECT * INTO v_sched FROM pgsched.schedules s
+    WHERE s.name = add_occurrences.schedule AND s.version = add_occurrences.version
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF v_sched.expanded_version <> v_sched.version THEN
+        PERFORM pgsched._withdraw(v_sched.name, add_occurrences.p_from, v_now,
+                                  pg_catalog.format('schedule changed (version %s)', v_sched.version));
+    END IF;
+
+    FOR v_occ IN SELECT e FROM pg_catalog.jsonb_array_elements(coalesce(add_occurrences.occurrences, '[]')) e LOOP
+        v_fire := (v_occ->>'fire_at')::timestamptz;
+        v_job_id := NULL;
+        IF v_occ->>'decision' IN ('fire', 'misfire_fired') AND v_sched.enabled THEN
+            v_key := 'pgsched:schedule:' || v_sched.name || ':'
+                     || pg_catalog.to_char(v_fire AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+            INSERT INTO pgsched.jobs AS j
+                (shard, queue, task, args, priority, run_at, idempotency_key, max_attempts, labels, tenant, schedule)
+            VALUES (v_sched.shard, v_sched.queue, v_sched.task, v_sched.args, v_sched.priority, v_fire, v_key,
+                    v_sched.max_attempts, v_sched.labels, v_sched.tenant, v_sched.name)
+            RETURNING j.id INTO v_job_id;
+            IF v_job_id IS NOT NULL THEN
+                v_created := v_created + 1;
+            ELSE
+                SELECT k.job_id INTO v_job_id FROM pgsched.idempotency_keys k WHERE k.key = v_key;
+            END IF;
+        END IF;
+        INSERT INTO pgsched.schedule_occurrences AS o
+            (schedule, fire_at, nominal, dst, decision, reason, job_id, version, decided_at)
+        VALUES (v_sched.name, v_fire, v_occ->>'nominal', v_occ->>'dst', v_occ->>'decision', v_occ->>'reason',
+                v_job_id, v_sched.version, v_now)
+        ON CONFLICT ON CONSTRAINT schedule_occurrences_pkey DO UPDATE
+        SET decision = EXCLUDED.decision, reason = EXCLUDED.reason, job_id = EXCLUDED.job_id,
+            version = EXCLUDED.version, decided_at = EXCLUDED.decided_at, nominal = EXCLUDED.nominal,
+            dst = EXCLUDED.dst
+        WHERE o.decision = 'withdrawn';
+    END LOOP;
+
+    UPDATE pgsched.schedules s
+    SET expanded_until = greatest(coalesce(s.expanded_until, add_occurrences.p_until), add_occurrences.p_until),
+        expanded_version = s.version, last_error = NULL
+    WHERE s.name = v_sched.name;
+    RETURN v_created;
+END
+$$;
+
+
+DROP FUNCTION IF EXISTS pgsched.bind_tenant(regrole, text);
+-- functions/cancel.sql as of the previous revision
+-- cancel
+-- contract: a waiting job (scheduled or available) is cancelled at once and
+-- returns 'cancelled'; once that is returned the job can never start. A
+-- running job gets a cancel request, seen by its worker at the next
+-- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
+-- had already succeeded. A finished job is left as it is
+-- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
+-- returns 'not_found', as does a job of another tenant for a session
+-- confined to one (see _check_tenant).
+CREATE OR REPLACE FUNCTION pgsched.cancel(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_job pgsched.jobs;
+    v_state pgsched.job_state;
+    v_tenant text;
+BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = cancel.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = cancel.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
+    -- A job can move between waiting and running while we look (a claim, a
+    -- retry); each statement is fenced on state, so try the pair again.
+    FOR i IN 1 .. 3 LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'available')
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'cancelled before it ran');
+            RETURN 'cancelled';
+        END IF;
+
+        UPDATE pgsched.jobs j
+        SET cancel_requested_at = coalesce(j.cancel_requested_at, v_now)
+        WHERE j.id = cancel.job_id AND j.state = 'running'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt, v_job.leased_by,
+                                   v_job.lease_token);
+            RETURN 'cancel_requested';
+        END IF;
+
+        SELECT h.state INTO v_state
+        FROM pgsched.job_history h
+        WHERE h.id = cancel.job_id
+        ORDER BY h.finished_at DESC
+        LIMIT 1;
+        IF FOUND AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = cancel.job_id) THEN
+            RETURN 'already_' || v_state::text;
+        END IF;
+        IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = cancel.job_id) THEN
+            RETURN 'not_found';
+        END IF;
+    END LOOP;
+    RETURN 'busy';
+END
+$$;
+
+
+-- functions/claim.sql as of the previous revision
+-- claim
+-- contract: leases up to n due jobs of `queues` (skipping paused queues, and
+-- jobs whose labels the worker does not all offer) to `worker` for `lease`.
+-- Each claimed job gets a new fencing token, larger than any before, and its
+-- attempt incremented. A job is never leased twice at once: rows are locked
+-- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+--
+-- Shards are visited one statement each, starting at start_shard (workers
+-- rotate it), so concurrent claimers spread over partitions instead of
+-- fighting for the same rows; within a shard, each queue is one index scan
+-- in (priority DESC, run_at, id) order that stops after n rows, whatever the
+-- backlog. Queues take turns by the same rotation. Priority orders jobs
+-- within a shard and queue; across shards it holds within one rotation.
+--
+-- With start_shard NULL, each queue is instead one statement over all shards
+-- at once (a merge of every shard's index, strict priority across shards):
+-- the cheaper pass when little is queued, which workers use when idle.
+CREATE OR REPLACE FUNCTION pgsched.claim(
+    worker      text,
+    queues      text[],
+    n           integer,
+    lease       interval,
+    labels      text[]      DEFAULT '{}',
+    start_shard integer     DEFAULT NULL,
+    p_now       timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
+    max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan for every shard (pruned to the shard when it runs) instead of
+-- planning the partitioned statement again at each call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- The clock now, not at transaction start: started_at - run_at is the start lag.
+    v_now timestamptz := coalesce(p_now, pg_catalog.clock_timestamp());
+    v_shards integer;
+    v_audit boolean;
+    v_queues text[];
+    v_left integer := claim.n;
+    v_got integer;
+    v_shard smallint;
+    v_queue text;
+    v_nq integer;
+BEGIN
+    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.shards, c.audit INTO v_shards, v_audit FROM pgsched.config c;
+    SELECT pg_catalog.array_agg(q) INTO v_queues
+    FROM unnest(claim.queues) q
+    WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
+    IF v_queues IS NULL THEN
+        RETURN;
+    END IF;
+
+    v_nq := pg_catalog.cardinality(v_queues);
+
+    IF claim.start_shard IS NULL THEN
+        FOR i IN 1 .. v_nq LOOP
+            v_queue := v_queues[i];
+            RETURN QUERY
+            WITH due AS MATERIALIZED (
+                SELECT j.id, j.shard
+                FROM pgsched.jobs j
+                WHERE j.state = 'available'
+                  AND j.queue = v_queue
+                  AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT v_left
+                FOR UPDATE SKIP LOCKED
+            ), leased AS (
+                UPDATE pgsched.jobs j
+                SET state = 'running',
+                    attempt = j.attempt + 1,
+                    lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                    leased_by = claim.worker,
+                    lease_expires_at = v_now + claim.lease,
+                    started_at = v_now
+                WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
+                  AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
+                  AND j.state = 'available'
+                RETURNING j.*
+            ), audit AS (
+                INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+                SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
+                FROM leased l
+                WHERE v_audit
+            )
+            SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+            FROM leased l;
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            EXIT WHEN v_left <= 0;
+        END LOOP;
+        RETURN;
+    END IF;
+
+    FOR i IN 0 .. v_shards * v_nq - 1 LOOP
+        v_shard := ((coalesce(claim.start_shard, 0) + i / v_nq) % v_shards + v_shards) % v_shards;
+        v_queue := v_queues[((coalesce(claim.start_shard, 0) + i) % v_nq + v_nq) % v_nq + 1];
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard
+              AND j.state = 'available'
+              AND j.queue = v_queue
+              -- the first arm keeps the row estimate right (most jobs need no labels)
+              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT v_left
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE pgsched.jobs j
+            SET state = 'running',
+                attempt = j.attempt + 1,
+                lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                leased_by = claim.worker,
+                lease_expires_at = v_now + claim.lease,
+                started_at = v_now
+            -- ids as an array: one index probe each, never a scan of the partition
+            WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
+            RETURNING j.*
+        ), audit AS (
+            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+            SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
+            FROM leased l
+            WHERE v_audit
+        )
+        SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+        FROM leased l;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END
+$$;
+
+
+-- functions/complete.sql as of the previous revision
+-- complete
+-- contract: finishes the jobs whose fencing token is still current, in one
+-- statement: each accepted job leaves pgsched.jobs and enters
+-- pgsched.job_history as 'completed' with its result, with one audit event.
+-- A stale token (the lease expired and the job was handed to someone else, or
+-- it already finished) changes nothing. Returns one row per input job saying
+-- whether it was accepted. Each accepted job sends its status event on
+-- pgsched_events when pgsched.config.events is on (docs/events.md). shards, when given, lets each lookup go straight
+-- to the job's partition.
+CREATE OR REPLACE FUNCTION pgsched.complete(
+    job_ids bigint[],
+    tokens  bigint[],
+    results jsonb[]     DEFAULT NULL,
+    shards  smallint[]  DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, accepted boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result, u.shard
+        FROM unnest(complete.job_ids, complete.tokens, complete.results, complete.shards)
+             AS u(id, token, result, shard)
+        WHERE u.id IS NOT NULL
+    ), done AS (
+        -- Checks the token and the state in the statement that writes. The
+        -- state filter lets the planner read only running rows (a partial
+        -- index), however large the backlog.
+        DELETE FROM pgsched.jobs j
+        USING input u
+        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+          AND (u.shard IS NULL OR j.shard = u.shard)
+        RETURNING j.*, u.result
+    ), history AS (
+        INSERT INTO pgsched.job_history
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+        SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
+               d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
+               d.created_at, d.started_at, v_now, d.result, NULL, d.schedule
+        FROM done d
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+        SELECT d.id, v_now, 'completed', d.attempt, d.leased_by, d.lease_token
+        FROM done d
+        WHERE v_config.audit
+    ), keys AS (
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = v_now + v_config.idempotency_retention
+        FROM done d
+        WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
+    ), notified AS (
+        -- Same payload as _finish's. Volatile, so materialized: the count
+        -- below reads every row, and so sends every NOTIFY.
+        SELECT pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
+            'id', d.id, 'queue', d.queue, 'task', d.task, 'state', 'completed', 'attempt', d.attempt)::text)
+        FROM done d
+        WHERE v_config.events
+    )
+    SELECT u.id, d.id IS NOT NULL
+    FROM input u
+    LEFT JOIN done d ON d.id = u.id
+    CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) n;
+END
+$$;
+
+
+-- functions/enqueue.sql as of the previous revision
+-- enqueue
+-- contract: adds one job and returns its id. For an idempotency key already
+-- held by an active job, or by a finished one within the retention window,
+-- returns that job's id and adds nothing, provided the task and args are the
+-- same (else PS422, see _key_holder). The shard derives from the key when
+-- there is one (so a key always lands on the same shard), else it is random.
+-- A refused value raises with its column named (see _check_job).
+--
+-- It does itself what the insert trigger does for a plain INSERT (defaults,
+-- the payload limit, the key, the wake-up), then inserts as a trusted writer
+-- the trigger skips: one statement's work instead of two.
+CREATE OR REPLACE FUNCTION pgsched.enqueue(
+    task            text,
+    args            jsonb       DEFAULT '{}',
+    queue           text        DEFAULT 'default',
+    run_at          timestamptz DEFAULT NULL,
+    priority        integer     DEFAULT 0,
+    idempotency_key text        DEFAULT NULL,
+    max_attempts    integer     DEFAULT NULL,
+    labels          text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
+    v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
+    v_shard smallint;
+    v_queue text := coalesce(enqueue.queue, 'default');
+    v_max integer := enqueue.max_attempts;
+BEGIN
+    PERFORM pgsched._check_tenant(enqueue.tenant);
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
+                               v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
+    PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF v_max IS NULL THEN
+        SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
+        v_max := coalesce(v_max, v_default_attempts);
+    END IF;
+
+    IF enqueue.idempotency_key IS NULL THEN
+        v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
+    ELSE
+        v_shard := ((pg_catalog.hashtextextended(enqueue.idempotency_key, 0) % v_shards + v_shards) % v_shards)::smallint;
+        -- The key row is the lock: a concurrent enqueue of the same key waits
+        -- here for the first one's commit, then sees the conflict. A key whose
+        -- retention ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
+        VALUES (enqueue.idempotency_key, v_id, v_shard, v_now)
+        ON CONFLICT (key) DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now;
+        IF NOT FOUND THEN
+            -- A new statement: its snapshot sees the holder we waited for.
+            RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args);
+        END IF;
+    END IF;
+
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+    INSERT INTO pgsched.jobs
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant)
+    VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+            v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
+            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+
+    IF v_run_at <= v_now THEN
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
+    ELSE
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+
+-- functions/enqueue_many.sql as of the previous revision
+-- enqueue_many
+-- contract: enqueue() for many jobs in one statement, all or nothing; returns
+-- one id per input row, in input order (for a repeated idempotency key, the
+-- holder's id; rows repeating a key within the batch get the first row's
+-- job; a repeated key with another task or other args raises PS422). Arrays
+-- are parallel: each one given has exactly one element per task (else
+-- invalid_parameter_value, naming the array); a NULL array, or a NULL
+-- element, means the default. labels are JSON arrays of strings, one per job.
+-- A refused row raises naming its position (1-based, the ord returned), its
+-- column and its value; nothing of the batch is written.
+CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
+    tasks            text[],
+    args             jsonb[]       DEFAULT NULL,
+    queues           text[]        DEFAULT NULL,
+    run_ats          timestamptz[] DEFAULT NULL,
+    priorities       integer[]     DEFAULT NULL,
+    idempotency_keys text[]        DEFAULT NULL,
+    max_attempts     integer[]     DEFAULT NULL,
+    tenants          text[]        DEFAULT NULL,
+    labels           jsonb[]       DEFAULT NULL
+)
+RETURNS TABLE (ord bigint, job_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
+    v_ords bigint[];
+    v_ids bigint[];
+    v_keys text[];
+    v_queues text[];
+    v_scheduled boolean;
+    v_n integer := pg_catalog.cardinality(tasks);
+    v_bad record;
+BEGIN
+    IF tasks IS NULL OR v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- unnest() pads short arrays with NULLs, which would mean "the default"
+    -- for a value the caller did send: refuse any length but the batch's.
+    SELECT a.name, a.len, a.dims INTO v_bad
+    FROM (VALUES ('tasks', v_n, pg_catalog.array_ndims(tasks)),
+                 ('args', pg_catalog.cardinality(args), pg_catalog.array_ndims(args)),
+                 ('queues', pg_catalog.cardinality(queues), pg_catalog.array_ndims(queues)),
+                 ('run_ats', pg_catalog.cardinality(run_ats), pg_catalog.array_ndims(run_ats)),
+                 ('priorities', pg_catalog.cardinality(priorities), pg_catalog.array_ndims(priorities)),
+                 ('idempotency_keys', pg_catalog.cardinality(idempotency_keys), pg_catalog.array_ndims(idempotency_keys)),
+                 ('max_attempts', pg_catalog.cardinality(max_attempts), pg_catalog.array_ndims(max_attempts)),
+                 ('tenants', pg_catalog.cardinality(tenants), pg_catalog.array_ndims(tenants)),
+                 ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels))) AS a(name, len, dims)
+    WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
+                v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Every row is checked, also those whose tenant is NULL.
+    FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
+                 FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord) GROUP BY u.tenant LOOP
+        BEGIN
+            PERFORM pgsched._check_tenant(v_bad.tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: %', v_bad.ord, pg_catalog.substr(SQLERRM, 10)
+                USING ERRCODE = 'insufficient_privilege', COLUMN = 'tenant';
+        END;
+    END LOOP;
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    -- One set-based pass over the rules (_job_problem is inlined; labels,
+    -- JSON here, are checked as JSON); only the first bad row goes through
+    -- _check_job, which raises naming it.
+    SELECT u.ord, u.task, coalesce(u.queue, 'default') AS queue, coalesce(u.args, '{}') AS args,
+           coalesce(u.priority, 0) AS priority, coalesce(u.run_at, v_now) AS run_at, u.max_attempts, u.key,
+           u.labels, u.tenant,
+           u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")') AS labels_bad
+    INTO v_bad
+    FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
+         WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
+    WHERE (u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")'))
+       OR pgsched._job_problem(u.task, coalesce(u.queue, 'default'), coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                               coalesce(u.run_at, v_now), u.max_attempts, u.key, '{}', u.tenant) IS NOT NULL
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.labels_bad THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: labels % must be a JSON array of non-empty strings (jobs_labels_valid)',
+                    v_bad.ord, pgsched._shown(v_bad.labels::text)
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_labels_valid', COLUMN = 'labels',
+                      SCHEMA = 'pgsched', TABLE = 'jobs';
+        END IF;
+        PERFORM pgsched._check_job(v_bad.task, v_bad.queue, v_bad.args, v_bad.priority, v_bad.run_at,
+                                   v_bad.max_attempts, v_bad.key, '{}', v_bad.tenant, v_bad.ord);
+    END IF;
+    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
+    WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
+
+    -- Set-based, the work the insert trigger does row by row for a plain
+    -- INSERT; the rows then go in as a trusted writer the trigger skips.
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+
+    IF idempotency_keys IS NULL
+       OR NOT EXISTS (SELECT 1 FROM unnest(idempotency_keys) k WHERE k IS NOT NULL) THEN
+        -- No keys, nothing to deduplicate: one straight INSERT. Ids are drawn
+        -- after the sort by input order, so they grow in input order.
+        WITH inserted AS (
+            INSERT INTO pgsched.jobs AS j
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels)
+            SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
+                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
+                   CASE WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+                   coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
+                   CASE WHEN u.labels IS NULL THEN '{}'::text[]
+                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, ord)
+            LEFT JOIN pgsched.tasks t ON t.name = u.task
+            ORDER BY u.ord
+            RETURNING j.id, j.queue, j.state
+        )
+        SELECT pg_catalog.array_agg(i.id ORDER BY i.id),
+               pg_catalog.array_agg(DISTINCT i.queue) FILTER (WHERE i.state = 'available'),
+               pg_catalog.bool_or(i.state = 'scheduled')
+        INTO v_ids, v_queues, v_scheduled
+        FROM inserted i;
+        PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+        IF v_scheduled THEN
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN QUERY SELECT x.o, x.id FROM unnest(v_ids) WITH ORDINALITY AS x(id, o);
+        RETURN;
+    END IF;
+
+    WITH numbered AS MATERIALIZED (
+        -- ids are drawn while the input is read in order, so they grow in
+        -- input order (a batch runs first-in, first-out)
+        SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels,
+               pg_catalog.nextval('pgsched.jobs_id_seq') AS id
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
+    ), input AS MATERIALIZED (
+        SELECT n.*,
+               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
+                    ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
+               END AS shard,
+               -- only the first row of a key in this batch is inserted
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
+        FROM numbered n
+    ), taken AS (
+        -- Keys are taken in key order, so concurrent batches sharing keys
+        -- wait for each other instead of deadlocking. A key whose retention
+        -- ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
+        SELECT i.key, i.id, i.shard, v_now
+        FROM input i
+        WHERE i.key IS NOT NULL AND i.first_of_key
+        ORDER BY i.key
+        ON CONFLICT (key) DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now
+        RETURNING k.job_id
+    ), inserted AS (
+        INSERT INTO pgsched.jobs AS j
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
+             labels)
+        SELECT i.id, i.shard,
+               CASE WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+               i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
+               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
+               CASE WHEN i.labels IS NULL THEN '{}'::text[]
+                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END
+        FROM input i
+        LEFT JOIN pgsched.tasks t ON t.name = i.task
+        WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
+        ORDER BY i.ord
+        RETURNING j.id, j.queue, j.state
+    )
+    SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
+           pg_catalog.array_agg(ins.id ORDER BY i.ord),
+           pg_catalog.array_agg(i.key ORDER BY i.ord),
+           pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
+           pg_catalog.bool_or(ins.state = 'scheduled')
+    INTO v_ords, v_ids, v_keys, v_queues, v_scheduled
+    FROM input i
+    LEFT JOIN inserted ins ON ins.id = i.id;
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    IF v_scheduled THEN
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+
+    -- Rows whose key was taken: look the holder up in a new statement, whose
+    -- snapshot sees a concurrent enqueue of the same key that we waited for,
+    -- and refuse the batch if it holds other work (PS422, naming the row).
+    RETURN QUERY
+    SELECT x.o, coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o))
+    FROM unnest(v_ords, v_ids, v_keys) AS x(o, id, k)
+    JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o
+    ORDER BY x.o;
+END
+$$;
+
+
+-- functions/expire_leases.sql as of the previous revision
+-- expire_leases
+-- contract: jobs whose lease ran out (their worker died, hung or lost its
+-- connection) go back to 'available' at once, keeping their run_at (so they
+-- come before newer work, and their start lag shows the time lost), or to 'dead' when their
+-- attempts are used up, or to 'cancelled' when cancellation was requested,
+-- each with a 'lease_expired' event naming the worker and token that lost
+-- the lease. Candidates are locked with SKIP LOCKED and every write re-checks
+-- the token, the state and the expiry, so a completion racing the expiry
+-- wins cleanly and a stale read never overwrites a newer claim. Returns the
+-- number of jobs handled (at most p_limit; call again while it is p_limit).
+CREATE OR REPLACE FUNCTION pgsched.expire_leases(
+    p_now   timestamptz DEFAULT NULL,
+    p_limit integer     DEFAULT 1000,
+    p_shard integer     DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_requeued text[];
+    v_finished integer;
+    v_count integer;
+    v_job pgsched.jobs;
+    v_expired record;
+    v_outcome pgsched.job_state;
+BEGIN
+    WITH expired AS MATERIALIZED (
+        SELECT j.id, j.shard, j.lease_token, j.leased_by, j.lease_expires_at
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < v_now
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), requeued AS (
+        UPDATE pgsched.jobs j
+        SET state = 'available',
+            lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+            last_error = pg_catalog.format('lease expired at %s (worker %s)', e.lease_expires_at, e.leased_by)
+        FROM expired e
+        WHERE j.id = e.id AND j.shard = e.shard AND j.lease_token = e.lease_token
+          AND j.state = 'running' AND j.lease_expires_at < v_now
+          AND j.attempt < j.max_attempts AND j.cancel_requested_at IS NULL
+        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at
+    ), audit AS (
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        SELECT r.id, v_now, 'lease_expired', r.attempt, r.leased_by, r.lease_token,
+               pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available')
+        FROM requeued r, pgsched.config c
+        WHERE c.audit
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue)
+    INTO v_count, v_requeued
+    FROM requeued r;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_requeued) q;
+
+    -- Out of attempts (or cancel requested): these leave the active table.
+    -- Rare, so one fenced DELETE per job keeps the filing simple.
+    v_finished := 0;
+    FOR v_expired IN
+        SELECT j.id, j.shard, j.lease_token
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < v_now
+          AND (j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_expired.id AND j.shard = v_expired.shard AND j.lease_token = v_expired.lease_token
+          AND j.state = 'running' AND j.lease_expires_at < v_now
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            v_outcome := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
+            PERFORM pgsched._event(v_job.id, v_now, 'lease_expired', v_job.attempt, v_job.leased_by,
+                v_job.lease_token,
+                pg_catalog.jsonb_build_object('lease_expires_at', v_job.lease_expires_at, 'outcome', v_outcome));
+            PERFORM pgsched._finish(
+                v_job,
+                v_outcome,
+                v_now,
+                pg_catalog.format('lease expired at %s (worker %s) after attempt %s of %s',
+                                  v_job.lease_expires_at, v_job.leased_by, v_job.attempt, v_job.max_attempts),
+                NULL,
+                pg_catalog.jsonb_build_object('lease_expires_at', v_job.lease_expires_at, 'reason', 'lease_expired'));
+            v_finished := v_finished + 1;
+        END IF;
+    END LOOP;
+
+    RETURN v_count + v_finished;
+END
+$$;
+
+
+-- functions/fail.sql as of the previous revision
+-- fail
+-- contract: reports a failed run under its fencing token and returns the
+-- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
+-- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
+-- 'cancelled' (cancellation had been requested). A stale token changes
+-- nothing and returns 'lease_lost'.
+--
+-- Each branch is one fenced statement (token and state in its WHERE). The
+-- retry branch runs first and excludes cancel-requested jobs; if a cancel
+-- lands between the two, the terminal branch catches it.
+CREATE OR REPLACE FUNCTION pgsched.fail(
+    job_id   bigint,
+    token    bigint,
+    error    text,
+    retry_at timestamptz DEFAULT NULL,
+    final    boolean     DEFAULT false,
+    p_now    timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_job pgsched.jobs;
+    v_state pgsched.job_state;
+BEGIN
+    UPDATE pgsched.jobs j
+    SET run_at = v.run_at,
+        state = CASE WHEN v.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+        lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+        last_error = fail.error
+    FROM (
+        SELECT j2.id, j2.shard, j2.leased_by,
+               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
+        FROM pgsched.jobs j2
+        WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
+    ) v
+    WHERE j.id = v.id AND j.shard = v.shard
+      AND j.lease_token = fail.token AND j.state = 'running'
+      AND NOT coalesce(fail.final, false)
+      AND j.attempt < j.max_attempts
+      AND j.cancel_requested_at IS NULL
+    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by
+    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by;
+    IF FOUND THEN
+        PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, v_job.leased_by, fail.token,
+            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
+        IF v_state = 'available' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
+        ELSE
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN v_state::text;
+    END IF;
+
+    DELETE FROM pgsched.jobs j
+    WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        v_state := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
+        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error);
+        RETURN v_state::text;
+    END IF;
+    RETURN 'lease_lost';
+END
+$$;
+
+
+-- functions/heartbeat.sql as of the previous revision
+-- heartbeat
+-- contract: extends the lease of each (job_id, token) pair that still holds
+-- its lease, in one statement for all of a worker's running jobs. Returns one
+-- row per input job: whether the lease is still held (false: the job was
+-- expired, taken over or finished elsewhere, and its result must be
+-- discarded) and whether cancellation was requested. Rows another statement
+-- has locked right now (the worker's own completion of that job, a cancel)
+-- are skipped rather than waited for, so heartbeats never deadlock with
+-- completions; such a job still counts as held when its token is current in
+-- this statement's snapshot, and the next heartbeat extends it.
+CREATE OR REPLACE FUNCTION pgsched.heartbeat(
+    job_ids bigint[],
+    tokens  bigint[],
+    lease   interval,
+    worker  text        DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, held boolean, cancel_requested boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+BEGIN
+    IF heartbeat.worker IS NOT NULL THEN
+        UPDATE pgsched.workers w
+        SET last_seen = v_now, running = coalesce(pg_catalog.cardinality(heartbeat.job_ids), 0)
+        WHERE w.name = heartbeat.worker;
+    END IF;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token FROM unnest(heartbeat.job_ids, heartbeat.tokens) AS u(id, token)
+    ), current AS MATERIALIZED (
+        SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token
+        WHERE j.state = 'running'
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.shard
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token
+        WHERE j.state = 'running'
+        FOR UPDATE OF j SKIP LOCKED
+    ), extended AS (
+        UPDATE pgsched.jobs j
+        SET lease_expires_at = v_now + heartbeat.lease
+        FROM locked l
+        WHERE j.id = l.id AND j.shard = l.shard
+        RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
+    )
+    SELECT u.id, e.id IS NOT NULL OR c.id IS NOT NULL, coalesce(e.cancel_requested, c.cancel_requested, false)
+    FROM input u
+    LEFT JOIN extended e ON e.id = u.id
+    LEFT JOIN current c ON c.id = u.id;
+END
+$$;
+
+
+-- functions/maintain.sql as of the previous revision
+-- maintain
+-- contract: the housekeeping that keeps tables small and bounded, safe to run
+-- from any number of processes at once (they take turns on a
+-- transaction-scoped advisory lock, so it also works through PgBouncer):
+-- creates day partitions of job_history, job_events and queue_minutes from yesterday to
+-- partitions_ahead days ahead, and for any day whose rows wait in a default
+-- partition; drops the partitions older than their retention; forgets
+-- idempotency keys whose retention ran out and workers unseen for a day.
+-- Returns what it did as one JSON object.
+CREATE OR REPLACE FUNCTION pgsched.maintain(p_now timestamptz DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_today date := (v_now AT TIME ZONE 'UTC')::date;
+    v_config pgsched.config;
+    v_created integer := 0;
+    v_dropped text[] := '{}';
+    v_keys integer;
+    v_workers integer;
+    v_part record;
+    v_retention interval;
+    v_lock_timeout text;
+    v_day date;
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.maintain')) THEN
+        RETURN pg_catalog.jsonb_build_object('skipped', 'another maintain() is running');
+    END IF;
+    SELECT * INTO v_config FROM pgsched.config;
+
+    -- Rows written while their day had no partition (maintain() did not run
+    -- for a while, or a caller passed a time outside the window) wait in the
+    -- default partitions; give their days partitions too, so they are filed
+    -- and retention reaches them. Normally the default partitions are empty.
+    FOR v_day IN SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date FROM pgsched.job_history_default h LOOP
+        IF pgsched._ensure_day_partition('job_history', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+    FOR v_day IN SELECT DISTINCT (e.at AT TIME ZONE 'UTC')::date FROM pgsched.job_events_default e LOOP
+        IF pgsched._ensure_day_partition('job_events', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+    FOR v_day IN SELECT DISTINCT (m.minute AT TIME ZONE 'UTC')::date FROM pgsched.queue_minutes_default m LOOP
+        IF pgsched._ensure_day_partition('queue_minutes', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+
+    FOR d IN -1 .. v_config.partitions_ahead LOOP
+        IF pgsched._ensure_day_partition('job_history', v_today + d) THEN v_created := v_created + 1; END IF;
+        IF pgsched._ensure_day_partition('job_events', v_today + d) THEN v_created := v_created + 1; END IF;
+        IF pgsched._ensure_day_partition('queue_minutes', v_today + d) THEN v_created := v_created + 1; END IF;
+    END LOOP;
+
+    -- A partition goes when its whole day is older than the retention.
+    FOR v_part IN
+        SELECT c.relname, p.relname AS parent,
+               pg_catalog.to_date(pg_catalog.right(c.relname, 8), 'YYYYMMDD') AS day
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+        JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
+        WHERE n.nspname = 'pgsched' AND p.relname IN ('job_history', 'job_events', 'queue_minutes')
+          AND c.relname ~ '_p[0-9]{8}$'
+    LOOP
+        v_retention := CASE v_part.parent WHEN 'job_history' THEN v_config.history_retention
+                                          WHEN 'queue_minutes' THEN v_config.queue_history_retention
+                                          ELSE v_config.events_retention END;
+        IF ((v_part.day + 1)::timestamp AT TIME ZONE 'UTC') <= v_now - v_retention THEN
+            -- Dropping a partition locks its parent for a moment; never queue
+            -- behind a long reader, try again at the next run instead.
+            v_lock_timeout := pg_catalog.current_setting('lock_timeout');
+            BEGIN
+                PERFORM pg_catalog.set_config('lock_timeout', '2s', true);
+                EXECUTE pg_catalog.format('DROP TABLE pgsched.%I', v_part.relname);
+                v_dropped := v_dropped || v_part.relname::text;
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE NOTICE 'pgsched: % is busy; it will be dropped later', v_part.relname;
+            END;
+            PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+        END IF;
+    END LOOP;
+
+    WITH gone AS (
+        DELETE FROM pgsched.idempotency_keys k
+        WHERE k.key IN (SELECT k2.key FROM pgsched.idempotency_keys k2
+                        WHERE k2.expires_at < v_now LIMIT 50000)
+        RETURNING 1
+    )
+    SELECT pg_catalog.count(*) INTO v_keys FROM gone;
+
+    DELETE FROM pgsched.workers w WHERE w.last_seen < v_now - interval '1 day';
+    GET DIAGNOSTICS v_workers = ROW_COUNT;
+
+    RETURN pg_catalog.jsonb_build_object(
+        'partitions_created', v_created, 'partitions_dropped', pg_catalog.to_jsonb(v_dropped),
+        'idempotency_keys_pruned', v_keys, 'workers_pruned', v_workers);
+END
+$$;
+
+
+-- functions/pause_queue.sql as of the previous revision
+-- pause_queue
+-- contract: stops claims from a queue (jobs can still be enqueued) until
+-- resume_queue(); takes effect at each worker's next claim. Returns true.
+CREATE OR REPLACE FUNCTION pgsched.pause_queue(queue text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    INSERT INTO pgsched.queues AS q (name, paused, updated_at)
+    VALUES (pause_queue.queue, true, pg_catalog.now())
+    ON CONFLICT (name) DO UPDATE SET paused = true, updated_at = EXCLUDED.updated_at
+    RETURNING true
+$$;
+
+
+-- functions/pause_schedule.sql as of the previous revision
+-- pause_schedule
+-- contract: stops a schedule from firing (its not-yet-due occurrences are
+-- withdrawn at the next scan) until resume_schedule(). Returns whether the
+-- schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.pause_schedule(name text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH changed AS (
+        UPDATE pgsched.schedules s SET enabled = false WHERE s.name = pause_schedule.name RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM changed)
+$$;
+
+
+-- functions/promote_due.sql as of the previous revision
+-- promote_due
+-- contract: makes scheduled jobs whose run_at has come 'available' and wakes
+-- workers of their queues (one NOTIFY per queue). Reads only due rows of the
+-- scheduled index, so a backlog of far-future jobs costs nothing. Returns the
+-- number promoted (at most p_limit; call again while it is p_limit).
+--
+-- Occurrences of recurring schedules (docs/schedules.md) first meet the
+-- misfire policy when they are missed (due more than misfire_grace ago, as
+-- nothing promoted them in time): 'skip' drops every missed one, 'latest'
+-- keeps the most recent missed one, 'all' the misfire_cap most recent missed
+-- ones; on-time occurrences never count against the cap and are never
+-- dropped by it. A missed occurrence is decided once (its occurrence row says
+-- 'misfire_fired' or 'skipped_misfire'), and, while the schedule is enabled,
+-- not before it is expanded up to now, so the policy sees the whole missed
+-- window. Then the
+-- concurrency policy, when another run of the schedule is queued or running:
+-- 'allow' promotes anyway; under 'skip', 'queue' and 'replace' the catch-up
+-- runs ('misfire_fired') go one after another, each waiting for the previous
+-- one, and are never skipped or replaced; the first on-time occurrence due
+-- during catch-up waits behind it ('queued') and runs next. Otherwise 'skip'
+-- cancels the occurrence, 'queue' keeps one occurrence waiting and skips the
+-- rest, 'replace' cancels the previous run and promotes this one. A waiting
+-- occurrence keeps its run_at (its fire time, ctx.scheduled_at) and is looked
+-- at again at every call. Each decision is recorded in
+-- pgsched.schedule_occurrences.
+CREATE OR REPLACE FUNCTION pgsched.promote_due(
+    p_now   timestamptz DEFAULT NULL,
+    p_limit integer     DEFAULT 10000,
+    p_shard integer     DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_count integer;
+    v_queues text[];
+    v_occ record;
+    v_policy text;
+    v_sched record;
+    v_later integer;
+    v_skip text;
+    v_busy boolean;
+    v_job pgsched.jobs;
+    v_prev record;
+    v_decision text;
+    v_waiting text[] := '{}';
+BEGIN
+    WITH due AS MATERIALIZED (
+        SELECT j.id, j.shard
+        FROM pgsched.jobs j
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now AND j.schedule IS NULL
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.run_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), promoted AS (
+        UPDATE pgsched.jobs j
+        SET state = 'available'
+        FROM due
+        WHERE j.id = due.id AND j.shard = due.shard AND j.state = 'scheduled' AND j.run_at <= v_now
+        RETURNING j.queue
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT p.queue)
+    INTO v_count, v_queues
+    FROM promoted p;
+
+    -- Schedule occurrences: few per tick, one at a time in due order.
+    FOR v_occ IN
+        SELECT j.id, j.shard, j.schedule, j.run_at, j.queue
+        FROM pgsched.jobs j
+        WHERE j.state = 'scheduled' AND j.run_at <= v_now AND j.schedule IS NOT NULL
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.run_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        -- A later occurrence of a schedule already found waiting waits too (catch-up, or queued).
+        SELECT o.decision INTO v_decision FROM pgsched.schedule_occurrences o
+        WHERE o.schedule = v_occ.schedule AND o.fire_at = v_occ.run_at AND o.job_id = v_occ.id;
+        IF v_occ.schedule = ANY(v_waiting) AND v_decision IN ('misfire_fired', 'queued') THEN
+            CONTINUE;
+        END IF;
+        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace, s.expanded_until, s.enabled
+        INTO v_sched
+        FROM pgsched.schedules s WHERE s.name = v_occ.schedule;
+        v_policy := coalesce(v_sched.concurrency, 'allow');
+
+        IF v_decision = 'fire' AND v_occ.run_at < v_now - v_sched.misfire_grace THEN
+            IF v_sched.enabled AND (v_sched.expanded_until IS NULL OR v_sched.expanded_until < v_now) THEN
+                CONTINUE;  -- not expanded up to now: decide once the whole missed window is known
+            END IF;
+            -- Later missed occurrences still to run (on-time or queued ones do not count).
+            SELECT pg_catalog.count(*) INTO v_later
+            FROM pgsched.jobs w
+            JOIN pgsched.schedule_occurrences o
+              ON o.schedule = w.schedule AND o.fire_at = w.run_at AND o.job_id = w.id
+            WHERE w.schedule = v_occ.schedule AND w.state IN ('scheduled', 'available', 'running')
+              AND w.run_at < v_now - v_sched.misfire_grace AND (w.run_at, w.id) > (v_occ.run_at, v_occ.id)
+              AND o.decision IN ('fire', 'misfire_fired');
+            IF v_sched.misfire_policy = 'skip'
+               OR (v_sched.misfire_policy = 'latest' AND v_later > 0)
+               OR (v_sched.misfire_policy = 'all' AND v_later >= v_sched.misfire_cap) THEN
+                v_skip := pg_catalog.format('misfire policy %s: due at %s, missed by more than %s',
+                                            v_sched.misfire_policy, v_occ.run_at, v_sched.misfire_grace);
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'skipped: ' || v_skip);
+                    UPDATE pgsched.schedule_occurrences o
+                    SET decision = 'skipped_misfire', decided_at = v_now, reason = v_skip
+                    WHERE o.schedule = v_occ.schedule AND o.fire_at = v_occ.run_at AND o.job_id = v_occ.id;
+                END IF;
+                CONTINUE;
+            END IF;
+            v_decision := 'misfire_fired';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'misfire_fired', decided_at = v_now,
+                reason = pg_catalog.format('missed (due %s, nothing promoted it in time); misfire policy %s',
+                                           v_occ.run_at, v_sched.misfire_policy)
+            WHERE o.schedule = v_occ.schedule AND o.fire_at = v_occ.run_at AND o.job_id = v_occ.id;
+        END IF;
+
+        v_busy := v_policy <> 'allow' AND EXISTS (
+            SELECT 1 FROM pgsched.jobs o
+            WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running'));
+
+        IF NOT v_busy THEN
+            UPDATE pgsched.jobs j SET state = 'available'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
+            v_count := v_count + 1;
+        ELSIF v_decision IN ('misfire_fired', 'queued') THEN
+            -- Catch-up goes one run after another; a queued occurrence waits its turn.
+            v_waiting := pg_catalog.array_append(v_waiting, v_occ.schedule);
+        ELSIF v_policy = 'queue' OR EXISTS (
+                SELECT 1 FROM pgsched.jobs w
+                JOIN pgsched.schedule_occurrences o
+                  ON o.schedule = w.schedule AND o.fire_at = w.run_at AND o.job_id = w.id
+                WHERE w.schedule = v_occ.schedule AND w.id <> v_occ.id
+                  AND w.state IN ('scheduled', 'available', 'running') AND o.decision = 'misfire_fired') THEN
+            -- Queue, or catch-up in progress: one occurrence waits, the others are skipped.
+            IF EXISTS (
+                SELECT 1 FROM pgsched.jobs w
+                JOIN pgsched.schedule_occurrences o
+                  ON o.schedule = w.schedule AND o.fire_at = w.run_at AND o.job_id = w.id
+                WHERE w.schedule = v_occ.schedule AND w.id <> v_occ.id AND w.state = 'scheduled'
+                  AND o.decision = 'queued') THEN
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now,
+                        'skipped: one occurrence of this schedule is already queued');
+                    UPDATE pgsched.schedule_occurrences o
+                    SET decision = 'skipped_overlap', decided_at = v_now,
+                        reason = pg_catalog.format('concurrency policy %s: another occurrence is already waiting',
+                                                   v_policy)
+                    WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+                END IF;
+            ELSE
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'queued', decided_at = v_now,
+                    reason = pg_catalog.format('concurrency policy %s: waiting for the previous run%s', v_policy,
+                                               CASE WHEN v_policy = 'queue' THEN '' ELSE ' (catch-up in progress)' END)
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+                v_waiting := pg_catalog.array_append(v_waiting, v_occ.schedule);
+            END IF;
+        ELSIF v_policy = 'skip' THEN
+            DELETE FROM pgsched.jobs j
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+            RETURNING j.* INTO v_job;
+            IF FOUND THEN
+                PERFORM pgsched._finish(v_job, 'cancelled', v_now,
+                    'skipped: the previous run of this schedule was still going');
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'skipped_overlap', decided_at = v_now,
+                    reason = 'concurrency policy skip: previous run still going'
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            END IF;
+        ELSE  -- replace
+            FOR v_prev IN
+                SELECT o.id, o.shard FROM pgsched.jobs o
+                WHERE o.schedule = v_occ.schedule AND o.id <> v_occ.id AND o.state IN ('available', 'running')
+                ORDER BY o.id
+            LOOP
+                -- Not started yet: filed as cancelled with the reason; running: asked to stop.
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_prev.id AND j.shard = v_prev.shard AND j.state = 'available'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now, pg_catalog.format(
+                        'replaced by the occurrence due at %s (concurrency policy replace)', v_occ.run_at));
+                ELSE
+                    PERFORM pgsched.cancel(v_prev.id, v_now);
+                END IF;
+            END LOOP;
+            UPDATE pgsched.jobs j SET state = 'available'
+            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'replaced_previous', decided_at = v_now,
+                reason = 'concurrency policy replace: previous run cancelled'
+            WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+            v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM (SELECT DISTINCT q FROM unnest(v_queues) q) d;
+    RETURN v_count;
+END
+$$;
+
+
+-- functions/register_tasks.sql as of the previous revision
+-- register_tasks
+-- contract: upserts task policies from a JSON array of objects with keys
+-- name (required), queue, max_attempts, backoff_base, backoff_max,
+-- backoff_jitter (seconds). Workers call it at start with the tasks they
+-- serve. Returns the number of tasks registered.
+CREATE OR REPLACE FUNCTION pgsched.register_tasks(tasks jsonb)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    IF pg_catalog.jsonb_typeof(register_tasks.tasks) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'pgsched: register_tasks expects a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO pgsched.tasks AS t (name, queue, max_attempts, backoff_base, backoff_max, backoff_jitter, updated_at)
+    SELECT e->>'name', coalesce(e->>'queue', 'default'), (e->>'max_attempts')::integer,
+           pg_catalog.make_interval(secs => (e->>'backoff_base')::double precision),
+           pg_catalog.make_interval(secs => (e->>'backoff_max')::double precision),
+           (e->>'backoff_jitter')::real, pg_catalog.now()
+    FROM pg_catalog.jsonb_array_elements(register_tasks.tasks) e
+    ON CONFLICT (name) DO UPDATE
+    SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts, backoff_base = EXCLUDED.backoff_base,
+        backoff_max = EXCLUDED.backoff_max, backoff_jitter = EXCLUDED.backoff_jitter, updated_at = EXCLUDED.updated_at
+    WHERE (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter)
+          IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts, EXCLUDED.backoff_base,
+                            EXCLUDED.backoff_max, EXCLUDED.backoff_jitter);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+
+-- functions/release.sql as of the previous revision
+-- release
+-- contract: hands running jobs back at once (a worker shutting down before
+-- they finished), each under its fencing token, without counting a failure.
+-- Returns one row per job with its new state or 'lease_lost'. Jobs are
+-- visited in id order.
+CREATE OR REPLACE FUNCTION pgsched.release(
+    job_ids bigint[],
+    tokens  bigint[],
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, outcome text)
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(release.p_now, pg_catalog.now()))
+    FROM unnest(release.job_ids, release.tokens) AS u(id, token)
+    ORDER BY u.id
+$$;
+
+
+-- functions/remove_schedule.sql as of the previous revision
+-- remove_schedule
+-- contract: deletes a schedule and withdraws its occurrences that have not
+-- started (queued ones leave without running; running ones finish). Returns
+-- how many occurrences were withdrawn, or NULL when no such schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.remove_schedule(name text, p_now timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_count integer;
+BEGIN
+    DELETE FROM pgsched.schedules s WHERE s.name = remove_schedule.name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_count := pgsched._withdraw(remove_schedule.name, '-infinity', v_now, 'schedule removed');
+    RETURN v_count;
+END
+$$;
+
+
+-- functions/resume_queue.sql as of the previous revision
+-- resume_queue
+-- contract: lets workers claim from a paused queue again and wakes them.
+-- Returns whether the queue had been paused.
+CREATE OR REPLACE FUNCTION pgsched.resume_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    UPDATE pgsched.queues q SET paused = false, updated_at = pg_catalog.now()
+    WHERE q.name = resume_queue.queue AND q.paused;
+    IF FOUND THEN
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', resume_queue.queue);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+
+-- functions/resume_schedule.sql as of the previous revision
+-- resume_schedule
+-- contract: lets a paused schedule fire again from now on; the occurrences
+-- that fell in the pause are not misfires, they are simply not run. Returns
+-- whether the schedule exists.
+CREATE OR REPLACE FUNCTION pgsched.resume_schedule(name text, p_now timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH changed AS (
+        UPDATE pgsched.schedules s
+        SET enabled = true, expanded_until = coalesce(resume_schedule.p_now, pg_catalog.now())
+        WHERE s.name = resume_schedule.name AND NOT s.enabled
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM changed)
+        OR EXISTS (SELECT 1 FROM pgsched.schedules s WHERE s.name = resume_schedule.name)
+$$;
+
+
+-- functions/retry.sql as of the previous revision
+-- retry
+-- contract: re-enqueues (redrives) a dead or cancelled job under its own id,
+-- due now, with a fresh attempt budget (the task's max_attempts, else the
+-- install default) on top of the attempts it used: the attempt counter keeps
+-- growing across redrives. Its history rows stay. Returns
+-- 'retried', 'active' (the job is queued or running already),
+-- 'not_retryable' (it completed) or 'not_found' (also for a job of another
+-- tenant when the session is confined to one, see _check_tenant).
+CREATE OR REPLACE FUNCTION pgsched.retry(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_last pgsched.job_history;
+    v_id bigint;
+    v_tenant text;
+BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = retry.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = retry.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
+        RETURN 'active';
+    END IF;
+    SELECT * INTO v_last
+    FROM pgsched.job_history h
+    WHERE h.id = retry.job_id
+    ORDER BY h.finished_at DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_last.state = 'completed' THEN
+        RETURN 'not_retryable';
+    END IF;
+
+    -- The primary key (id, shard) makes a concurrent second redrive a no-op.
+    INSERT INTO pgsched.jobs AS j
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at)
+    VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at)
+    ON CONFLICT DO NOTHING
+    RETURNING j.id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN 'active';
+    END IF;
+    -- The insert trigger starts every job at attempt 0; carry the count on.
+    UPDATE pgsched.jobs j
+    SET attempt = v_last.attempt, max_attempts = v_last.attempt + j.max_attempts
+    WHERE j.id = v_id AND j.shard = v_last.shard;
+    PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
+        pg_catalog.jsonb_build_object('previous_state', v_last.state));
+    RETURN 'retried';
+END
+$$;
+
+
+-- functions/scan_shard.sql as of the previous revision
+-- scan_shard
+-- contract: one scanner pass over one shard it holds (fenced by owner and
+-- epoch, see _hold_shard): expires dead workers' leases, promotes due jobs
+-- (waking workers), and says when the shard's next scheduled job is due so the
+-- scanner can sleep until exactly then: an occurrence still waiting after
+-- promotion (for the previous run of its schedule) is looked at again a
+-- second later. Raises PS409 when the lease is gone.
+CREATE OR REPLACE FUNCTION pgsched.scan_shard(
+    scanner text,
+    shard   integer,
+    epoch   bigint,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (expired integer, promoted integer, next_due timestamptz, db_now timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_expired integer;
+    v_promoted integer;
+    v_next timestamptz;
+BEGIN
+    PERFORM pgsched._hold_shard(scan_shard.scanner, scan_shard.shard, scan_shard.epoch, v_now);
+    v_expired := pgsched.expire_leases(v_now, 1000, scan_shard.shard);
+    v_promoted := pgsched.promote_due(v_now, 10000, scan_shard.shard);
+    v_next := pgsched.next_due(scan_shard.shard);
+    IF v_promoted < 10000 AND v_next <= v_now THEN
+        v_next := v_now + interval '1 second';
+    END IF;
+    RETURN QUERY SELECT v_expired, v_promoted, v_next, pg_catalog.clock_timestamp();
+END
+$$;
+
+
+-- functions/schedule_error.sql as of the previous revision
+-- schedule_error
+-- contract: records that a schedule cannot be expanded (a cron expression
+-- that does not parse or never fires) so operators see why, and marks this
+-- version handled so scanners do not retry it in a loop. Fenced by the
+-- scanner's lease like every scanner write.
+CREATE OR REPLACE FUNCTION pgsched.schedule_error(
+    scanner  text,
+    shard    integer,
+    epoch    bigint,
+    schedule text,
+    version  integer,
+    error    text,
+    p_now    timestamptz DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM pgsched._hold_shard(schedule_error.scanner, schedule_error.shard, schedule_error.epoch,
+                                coalesce(p_now, pg_catalog.now()));
+    UPDATE pgsched.schedules s
+    SET last_error = schedule_error.error, expanded_version = s.version
+    WHERE s.name = schedule_error.schedule AND s.version = schedule_error.version;
+END
+$$;
+
+
+-- functions/snooze.sql as of the previous revision
+-- snooze
+-- contract: puts a running job back to run at run_at, under its fencing
+-- token, without counting a failed attempt. Returns 'scheduled' or
+-- 'available', 'cancelled' if cancellation had been requested, or
+-- 'lease_lost' for a stale token.
+CREATE OR REPLACE FUNCTION pgsched.snooze(
+    job_id bigint,
+    token  bigint,
+    run_at timestamptz,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
+                             coalesce(snooze.p_now, pg_catalog.now()));
+END
+$$;
+
+
+DROP FUNCTION IF EXISTS pgsched.tg_config__before_update();
+-- functions/tg_jobs__before_insert.sql as of the previous revision
+-- tg_jobs__before_insert
+-- contract: every row entering pgsched.jobs, by enqueue() or a plain INSERT,
+-- gets its defaults, its validation and its wake-up here, so all paths behave
+-- alike. A repeated idempotency key skips the row (INSERT 0 0) and keeps the
+-- existing job; enqueue() then returns that job's id. A repeated key with
+-- another task or other args raises PS422 (see _key_holder); a refused value
+-- raises naming its column and value (see _check_job), not a partition.
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_limit integer;
+    v_default_attempts integer;
+BEGIN
+    SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
+
+    -- A new job starts from nothing, whatever the INSERT said.
+    NEW.attempt := 0;
+    NEW.lease_token := NULL;
+    NEW.leased_by := NULL;
+    NEW.lease_expires_at := NULL;
+    NEW.started_at := NULL;
+    NEW.cancel_requested_at := NULL;
+    NEW.last_error := NULL;
+    -- Occurrences of schedules always pass through promotion, which applies
+    -- the schedule's overlap policy.
+    NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
+
+    PERFORM pgsched._check_job(NEW.task, NEW.queue, NEW.args, NEW.priority, NEW.run_at, NEW.max_attempts,
+                               NEW.idempotency_key, NEW.labels, NEW.tenant);
+    PERFORM pgsched._check_payload(NEW.args, v_limit);
+
+    IF NEW.max_attempts IS NULL THEN
+        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
+        NEW.max_attempts := coalesce(NEW.max_attempts, v_default_attempts);
+    END IF;
+
+    IF NEW.idempotency_key IS NOT NULL THEN
+        -- The key row is the lock: a concurrent insert of the same key waits
+        -- here for the first one's commit, then sees the conflict. A redrive
+        -- of the same job (retry()) re-activates its own key; a key whose
+        -- retention ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
+        VALUES (NEW.idempotency_key, NEW.id, NEW.shard, v_now)
+        ON CONFLICT (key) DO UPDATE
+            SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
+            WHERE k.job_id = NEW.id OR k.expires_at < v_now;
+        IF NOT FOUND THEN
+            IF NEW.schedule IS NULL THEN
+                PERFORM pgsched._key_holder(NEW.idempotency_key, NEW.task, NEW.args);
+            END IF;
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    IF NEW.state = 'available' THEN
+        -- Delivered at commit; identical notifications in one transaction
+        -- are folded into one by PostgreSQL, so a batch sends one per queue.
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', NEW.queue);
+    ELSE
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+-- functions/tg_schedules__before_write.sql as of the previous revision
+-- tg_schedules__before_write
+-- contract: a schedule lives on the shard of its name; any change to what a
+-- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
+-- its version, so the next scan withdraws the occurrences expanded under the
+-- old version and expands the new one. Works for plain INSERT/UPDATE too,
+-- which are refused what upsert_schedule refuses (_check_schedule).
+CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR (NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args)
+                           IS DISTINCT FROM (OLD.cron, OLD.priority, OLD.max_attempts, OLD.labels, OLD.tenant, OLD.args) THEN
+        PERFORM pgsched._check_schedule(NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args);
+    END IF;
+    NEW.shard := pgsched._shard_for_key(NEW.name);
+    IF TG_OP = 'INSERT' THEN
+        NEW.version := 1;
+        NEW.expanded_version := 0;
+        NEW.expanded_until := NULL;
+        RETURN NEW;
+    END IF;
+    IF NEW.name <> OLD.name THEN
+        RAISE EXCEPTION 'pgsched: a schedule cannot be renamed; remove it and add it again'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF (NEW.cron, NEW.timezone, NEW.task, NEW.args, NEW.queue, NEW.priority, NEW.max_attempts, NEW.labels,
+        NEW.tenant, NEW.gap_policy, NEW.overlap_policy, NEW.misfire_policy, NEW.misfire_cap, NEW.misfire_grace, NEW.concurrency,
+        NEW.enabled, NEW.horizon)
+       IS DISTINCT FROM
+       (OLD.cron, OLD.timezone, OLD.task, OLD.args, OLD.queue, OLD.priority, OLD.max_attempts, OLD.labels,
+        OLD.tenant, OLD.gap_policy, OLD.overlap_policy, OLD.misfire_policy, OLD.misfire_cap, OLD.misfire_grace, OLD.concurrency,
+        OLD.enabled, OLD.horizon) THEN
+        NEW.version := OLD.version + 1;
+        NEW.updated_at := pg_catalog.now();
+        NEW.last_error := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+DROP FUNCTION IF EXISTS pgsched.unbind_tenant(regrole);
+-- functions/upsert_schedule.sql as of the previous revision
+-- upsert_schedule
+-- contract: creates the schedule `name`, or updates it when it exists (an
+-- update that changes what it fires takes effect at the next scan: future
+-- occurrences expanded under the old definition are withdrawn and replaced).
+-- Returns the schedule's version afterwards. Refuses (with the reason) a
+-- schedule that could never be expanded: see _check_schedule.
+CREATE OR REPLACE FUNCTION pgsched.upsert_schedule(
+    name           text,
+    cron           text,
+    task           text,
+    args           jsonb    DEFAULT '{}',
+    timezone       text     DEFAULT 'UTC',
+    queue          text     DEFAULT 'default',
+    priority       integer  DEFAULT 0,
+    max_attempts   integer  DEFAULT NULL,
+    gap_policy     text     DEFAULT 'run',
+    overlap_policy text     DEFAULT 'once',
+    misfire_policy text     DEFAULT 'latest',
+    misfire_cap    integer  DEFAULT 100,
+    misfire_grace  interval DEFAULT '1 minute',
+    concurrency    text     DEFAULT 'skip',
+    enabled        boolean  DEFAULT true,
+    horizon        interval DEFAULT '1 hour',
+    labels         text[]   DEFAULT '{}',
+    tenant         text     DEFAULT NULL,
+    source         text     DEFAULT 'sql'
+)
+RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT pgsched._check_schedule(upsert_schedule.cron, upsert_schedule.priority, upsert_schedule.max_attempts,
+                                   upsert_schedule.labels, upsert_schedule.tenant, upsert_schedule.args);
+    INSERT INTO pgsched.schedules AS s
+        (name, cron, task, args, timezone, queue, priority, max_attempts, gap_policy, overlap_policy,
+         misfire_policy, misfire_cap, misfire_grace, concurrency, enabled, horizon, labels, tenant, source, shard)
+    VALUES (upsert_schedule.name, upsert_schedule.cron, upsert_schedule.task, coalesce(upsert_schedule.args, '{}'),
+            coalesce(upsert_schedule.timezone, 'UTC'), coalesce(upsert_schedule.queue, 'default'),
+            coalesce(upsert_schedule.priority, 0), upsert_schedule.max_attempts,
+            coalesce(upsert_schedule.gap_policy, 'run'), coalesce(upsert_schedule.overlap_policy, 'once'),
+            coalesce(upsert_schedule.misfire_policy, 'latest'), coalesce(upsert_schedule.misfire_cap, 100),
+            coalesce(upsert_schedule.misfire_grace, interval '1 minute'),
+            coalesce(upsert_schedule.concurrency, 'skip'), coalesce(upsert_schedule.enabled, true),
+            coalesce(upsert_schedule.horizon, interval '1 hour'), coalesce(upsert_schedule.labels, '{}'),
+            upsert_schedule.tenant, coalesce(upsert_schedule.source, 'sql'), 0)
+    ON CONFLICT (name) DO UPDATE
+    SET cron = EXCLUDED.cron, task = EXCLUDED.task, args = EXCLUDED.args, timezone = EXCLUDED.timezone,
+        queue = EXCLUDED.queue, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+        gap_policy = EXCLUDED.gap_policy, overlap_policy = EXCLUDED.overlap_policy,
+        misfire_policy = EXCLUDED.misfire_policy, misfire_cap = EXCLUDED.misfire_cap,
+        misfire_grace = EXCLUDED.misfire_grace,
+        concurrency = EXCLUDED.concurrency, enabled = EXCLUDED.enabled, horizon = EXCLUDED.horizon,
+        labels = EXCLUDED.labels, tenant = EXCLUDED.tenant, source = EXCLUDED.source
+    RETURNING s.version
+$$;
+
+
