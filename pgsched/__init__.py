@@ -19,6 +19,7 @@ from pgsched.errors import (
     TaskAlreadyRegistered,
     TaskError,
     TaskNotRegistered,
+    WorkerStopping,
 )
 from pgsched.job import ClaimedJob, JobContext, JobState, current_job
 from pgsched.task import JobSpec, Task
@@ -47,5 +48,6 @@ __all__ = [
     "TaskAlreadyRegistered",
     "TaskError",
     "TaskNotRegistered",
+    "WorkerStopping",
     "current_job",
 ]

@@ -20,6 +20,12 @@ SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempot
        priority, tenant, created_at
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
+-- name: start
+SELECT job_id, outcome FROM pgsched.start(%s::bigint[], %s::bigint[], %s::smallint[]);
+
+-- name: cancels_requested
+SELECT pgsched.cancels_requested(%s::bigint[], %s::bigint[]);
+
 -- name: heartbeat
 SELECT job_id, held, cancel_requested FROM pgsched.heartbeat(%s::bigint[], %s::bigint[], %s::interval, %s);
 

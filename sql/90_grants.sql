@@ -34,6 +34,7 @@ GRANT EXECUTE ON FUNCTION
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error, pgsched.vacuum_candidates
     TO pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,

@@ -20,6 +20,7 @@
 \ir functions/acquire_shards.sql
 \ir functions/add_occurrences.sql
 \ir functions/cancel.sql
+\ir functions/cancels_requested.sql
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/enqueue.sql
@@ -44,6 +45,7 @@
 \ir functions/schedule_error.sql
 \ir functions/schema_revision.sql
 \ir functions/snooze.sql
+\ir functions/start.sql
 \ir functions/tg_jobs__before_insert.sql
 \ir functions/tg_schedules__before_write.sql
 \ir functions/unregister_worker.sql
