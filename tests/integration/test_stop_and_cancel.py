@@ -124,7 +124,10 @@ def _long_job_under_sigterm(app: App, conn: psycopg.Connection[Any], worker: Cli
 
 @pytest.mark.parametrize("command", ["worker", "run"])
 def test_sigterm_hands_a_long_readme_job_back_and_it_runs_again(
-    app: App, conn: psycopg.Connection[Any], cli_worker: Callable[..., CliWorker], command: str
+    app: App,
+    conn: psycopg.Connection[Any],
+    cli_worker: Callable[..., CliWorker],  # noqa: F811 (the fixture of test_shutdown)
+    command: str,
 ) -> None:
     job_id = _long_job_under_sigterm(app, conn, cli_worker("--shutdown-timeout", "0.5", command=command))
     assert conn.execute("SELECT count(*) AS n FROM pgsched.job_history WHERE id = %s", [job_id]).fetchone() == {"n": 0}
