@@ -65,7 +65,7 @@ COMMENT ON VIEW pgsched.queue_stats IS
     'Per queue: depth by state (running: handler started; claimed: leased, waiting for a slot), oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
 
 -- dead_letters: jobs whose latest outcome is dead and that were not redriven.
-CREATE VIEW pgsched.dead_letters AS
+CREATE OR REPLACE VIEW pgsched.dead_letters AS
 SELECT h.id, h.queue, h.task, h.args, h.attempt, h.max_attempts, h.error, h.finished_at AS died_at,
        h.created_at, h.idempotency_key, h.tenant, h.labels, h.leased_by AS last_worker
 FROM pgsched.job_history h
@@ -90,7 +90,7 @@ COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last m
 
 -- schedule_status: each schedule with its next occurrence, its last finished
 -- run, and why it cannot fire when it cannot.
-CREATE VIEW pgsched.schedule_status AS
+CREATE OR REPLACE VIEW pgsched.schedule_status AS
 SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.enabled, s.concurrency, s.misfire_policy,
        s.gap_policy, s.overlap_policy, s.expanded_until, s.version, s.last_error,
        (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j

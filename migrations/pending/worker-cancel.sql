@@ -17,3 +17,10 @@ UPDATE pgsched.jobs SET claimed_at = started_at WHERE state = 'running' AND clai
 REVOKE EXECUTE ON FUNCTION pgsched.start(bigint[], bigint[], smallint[], timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgsched.cancels_requested(bigint[], bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested TO pgsched_worker;
+
+-- 40_views.sql now uses CREATE OR REPLACE VIEW (so it can be copied whole), which
+-- resets a view's options: set them again, as sql/90_grants.sql does.
+ALTER VIEW pgsched.queue_stats SET (security_invoker = true);
+ALTER VIEW pgsched.dead_letters SET (security_invoker = true);
+ALTER VIEW pgsched.workers_live SET (security_invoker = true);
+ALTER VIEW pgsched.schedule_status SET (security_invoker = true);
