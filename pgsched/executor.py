@@ -161,8 +161,17 @@ class Executor:
             return
         if self.gate is None:
             self.launch(contexts)
-        else:
-            self.gate(contexts)
+            return
+        stamped = [ctx for ctx in contexts if ctx._stamped]
+        if stamped:
+            self.launch(stamped)
+        if len(stamped) < len(contexts):
+            self.gate([ctx for ctx in contexts if not ctx._stamped])
+
+    def free_slots(self) -> int:
+        """Slots that no job holds or waits for: jobs submitted now start at once, up to this many."""
+        with self._lock:
+            return max(0, self._concurrency - self._running - len(self._waiting))
 
     def launch(self, contexts: list[JobContext]) -> None:
         """Run jobs that hold a slot (each checks its stop signals first)."""

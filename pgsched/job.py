@@ -66,6 +66,7 @@ class JobContext:
     _cancelled: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _lost: bool = field(default=False, repr=False)
+    _stamped: bool = field(default=False, repr=False)  # its start is recorded already (claimed into a free slot)
     _waker: threading.Event | None = field(default=None, repr=False)
 
     @property

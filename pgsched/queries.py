@@ -22,6 +22,7 @@ QUERIES: Final = _load()
 ENQUEUE: Final = QUERIES["enqueue"]
 ENQUEUE_MANY: Final = QUERIES["enqueue_many"]
 CLAIM: Final = QUERIES["claim"]
+CLAIM_AND_START: Final = QUERIES["claim_and_start"]
 START: Final = QUERIES["start"]
 CANCELS_REQUESTED: Final = QUERIES["cancels_requested"]
 HEARTBEAT: Final = QUERIES["heartbeat"]

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
 from pgsched import queries
 from pgsched.app import App
@@ -299,31 +299,31 @@ class Worker:
         # claimers do not fight over the same rows.
         start_shard = None if not self._held else self._shard_cursor
 
-        def run(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
-            with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
-                return cur.execute(
-                    queries.CLAIM,
-                    (
-                        self.name,
-                        list(opts.queues),
-                        n,
-                        timedelta(seconds=opts.lease),
-                        list(opts.labels),
-                        start_shard,
-                    ),
-                ).fetchall()
+        # Jobs that take a free slot at once have their start recorded by the
+        # claim's own round trip (pgsched.start(), fenced); the others when a
+        # slot takes them (the starter).
+        at_once = min(n, self._executor.free_slots())
+        claim_args = (self.name, list(opts.queues), n, timedelta(seconds=opts.lease), list(opts.labels), start_shard)
+
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None]]:
+            if not at_once:
+                with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+                    return [(job, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(queries.CLAIM_AND_START, (*claim_args, at_once, at_once, at_once)).fetchall()
+            return [(ClaimedJob(**{k: v for k, v in row.items() if k != "started"}), row["started"]) for row in rows]
 
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
         self.metrics.claim_seconds.observe(time.perf_counter() - started)
         if not jobs:
             return 0
-        contexts = [JobContext(job=job, worker=self.name) for job in jobs]
+        contexts = [_context(job, self.name, outcome) for job, outcome in jobs]
         with self._lock:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
-        self.metrics.count_claimed((job.queue, job.task) for job in jobs)
+        self.metrics.count_claimed((ctx.queue, ctx.task) for ctx in contexts)
         self._executor.submit_many(contexts)
         return len(jobs)
 
@@ -527,6 +527,18 @@ _OUTCOMES = {"completed": "completed", "lease_lost": "lost", "dead": "dead", "ca
 
 def _retry_outcome(outcome: Outcome) -> str:
     return "snoozed" if outcome.kind is Kind.SNOOZE else "retried"
+
+
+def _context(job: ClaimedJob, worker: str, started: str | None) -> JobContext:
+    """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
+    ctx = JobContext(job=job, worker=worker)
+    if started == "started":
+        ctx._stamped = True
+    elif started == "cancel_requested":
+        ctx._request_cancel()
+    elif started == "lease_lost":
+        ctx._mark_lease_lost()
+    return ctx
 
 
 def _first_line(text: str | None) -> str:
