@@ -24,6 +24,7 @@ from pgsched.errors import (
     TaskAlreadyRegistered,
     TaskError,
     TaskNotRegistered,
+    WorkerStopping,
 )
 from pgsched.handle import JobHandle, JobStatus
 from pgsched.job import ClaimedJob, JobContext, JobState, current_job
@@ -60,5 +61,6 @@ __all__ = [
     "TaskAlreadyRegistered",
     "TaskError",
     "TaskNotRegistered",
+    "WorkerStopping",
     "current_job",
 ]

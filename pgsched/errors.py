@@ -24,7 +24,8 @@ Handlers may raise these to steer their job:
     Retry(delay)   fail this attempt and retry after delay (counts an attempt)
     Snooze(delay)  put the job back to run after delay (no failure counted)
     GiveUp(reason) fail the job for good: it goes to the dead letters at once
-    JobCancelled   raised by ``JobContext.raise_if_cancelled()``; the job ends as cancelled
+    JobCancelled   raised by ``JobContext.raise_if_cancelled()`` after pgsched.cancel(): the job ends cancelled
+    WorkerStopping raised by it when the worker shuts down: the job is handed back and runs again
 """
 
 from __future__ import annotations
@@ -123,7 +124,11 @@ class ResultTimeout(JobError, TimeoutError):
 
 
 class JobCancelled(PgschedError):
-    """Cancellation of the running job was requested."""
+    """Cancellation of the running job was requested: raising it (or returning) ends the job cancelled."""
+
+
+class WorkerStopping(PgschedError):
+    """The worker is shutting down: the job is handed back to run again, whatever the handler does next."""
 
 
 class Retry(Exception):

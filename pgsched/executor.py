@@ -74,11 +74,13 @@ async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
 
 
 def _cancelled(ctx: JobContext) -> BaseException:
-    from pgsched.errors import JobCancelled
+    from pgsched.errors import JobCancelled, WorkerStopping
 
     if ctx.lease_lost:
         return LeaseLost(f"job {ctx.id}: lease lost")
-    return JobCancelled(f"job {ctx.id}: cancellation requested")
+    if ctx.cancel_requested:
+        return JobCancelled(f"job {ctx.id}: cancellation requested")
+    return WorkerStopping(f"job {ctx.id}: the worker is stopping")
 
 
 class Executor:
@@ -89,6 +91,10 @@ class Executor:
     threads. A coroutine handler runs as a task on the event loop thread:
     jobs are handed to the loop a batch at a time and finish there, so a
     no-op coroutine costs no thread switch of its own.
+
+    With a ``gate`` (the worker's Starter), jobs that get a slot pass
+    through it first: it records their start in the database, and refuses
+    those cancelled or lost meanwhile, then hands them to ``launch``.
     """
 
     def __init__(self, concurrency: int, resolve: Resolve, done: Done) -> None:
@@ -108,6 +114,7 @@ class Executor:
         self._loop_thread: threading.Thread | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._started = threading.Event()
+        self.gate: Callable[[list[JobContext]], None] | None = None
 
     def start(self) -> None:
         for thread in self._threads:
@@ -139,7 +146,7 @@ class Executor:
         with self._lock:
             self._waiting.extend(contexts)
             starting = self._take_slots()
-        self._launch(starting)
+        self._admit(starting)
 
     def _take_slots(self) -> list[JobContext]:
         # Caller holds self._lock.
@@ -149,7 +156,25 @@ class Executor:
             self._running += 1
         return starting
 
-    def _launch(self, contexts: list[JobContext]) -> None:
+    def _admit(self, contexts: list[JobContext]) -> None:
+        if not contexts:
+            return
+        if self.gate is None:
+            self.launch(contexts)
+            return
+        stamped = [ctx for ctx in contexts if ctx._stamped]
+        if stamped:
+            self.launch(stamped)
+        if len(stamped) < len(contexts):
+            self.gate([ctx for ctx in contexts if not ctx._stamped])
+
+    def free_slots(self) -> int:
+        """Slots that no job holds or waits for: jobs submitted now start at once, up to this many."""
+        with self._lock:
+            return max(0, self._concurrency - self._running - len(self._waiting))
+
+    def launch(self, contexts: list[JobContext]) -> None:
+        """Run jobs that hold a slot (each checks its stop signals first)."""
         coroutines: list[tuple[Task[Any, Any], JobContext]] = []
         for ctx in contexts:
             task = self._resolve(ctx.job.task)
@@ -172,16 +197,15 @@ class Executor:
         with self._lock:
             self._running -= 1
             starting = self._take_slots()
-        if starting:
-            self._launch(starting)
+        self._admit(starting)
 
     # -- coroutine handlers (on the loop thread) -------------------------
 
     def _start_coroutines(self, batch: list[tuple[Task[Any, Any], JobContext]]) -> None:
         assert self._loop is not None
         for task, ctx in batch:
-            if ctx.cancel_requested:
-                # Cancelled (or lost) while it waited for a slot: do not start it.
+            if ctx.should_stop:
+                # Cancelled, stopped or lost while it waited for a slot: do not start it.
                 self._finish(ctx, _stopped_before_start(ctx))
                 continue
             running = self._loop.create_task(run_async(task, ctx))
@@ -200,7 +224,7 @@ class Executor:
             ctx = self._queue.get()
             if ctx is None:
                 return
-            if ctx.cancel_requested:
+            if ctx.should_stop:
                 outcome = _stopped_before_start(ctx)
             else:
                 outcome = run_sync(self._resolve(ctx.job.task), ctx, functools.partial(self._await_for, ctx))
@@ -221,7 +245,7 @@ class Executor:
         self._tasks[ctx.id] = current
         _current.set(ctx)  # this task's own copy of the context
         try:
-            if ctx.cancel_requested:
+            if ctx.should_stop:
                 coro.close()
                 raise asyncio.CancelledError
             return await coro

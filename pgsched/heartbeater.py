@@ -28,6 +28,13 @@ class Heartbeater:
     heartbeat neither succeeds nor fails but hangs (a network partition, a
     frozen server: nothing errors until TCP gives up, minutes later): a
     watchdog thread, which touches no connection, tells the handlers then.
+
+    Cancel requests normally arrive by NOTIFY (the listener). While
+    ``listening()`` is false (no LISTEN: --no-listen, a transaction-pooling
+    PgBouncer, or the listener reconnecting), it also asks every
+    ``cancel_poll`` seconds, between beats, which held jobs have a cancel
+    request: a read-only statement, so cancels still arrive within about
+    ``cancel_poll`` without extending leases that often.
     """
 
     def __init__(
@@ -42,6 +49,8 @@ class Heartbeater:
         on_cancel: Callable[[int], None],
         stop: threading.Event,
         prepare: bool = True,
+        listening: Callable[[], bool] = lambda: False,
+        cancel_poll: float = 0.5,
     ) -> None:
         self._db = Reconnecting(dsn, purpose="heartbeat", stop=stop, prepare=prepare)
         self._worker = worker
@@ -52,6 +61,9 @@ class Heartbeater:
         self._on_lost = on_lost
         self._on_cancel = on_cancel
         self._stop = stop
+        self._listening = listening
+        self._cancel_poll = cancel_poll
+        self.cancel_polls = 0
         self._kick = threading.Event()
         self._last_ok = time.monotonic()
         self._in_flight = False  # a beat() is waiting for the database
@@ -74,12 +86,22 @@ class Heartbeater:
         self._db.close()
 
     def _loop(self) -> None:
+        next_beat = time.monotonic() + self._interval
         while not self._stop.is_set():
-            self._kick.wait(self._interval)
+            timeout = next_beat - time.monotonic()
+            polling = not self._listening()
+            if polling:
+                timeout = min(timeout, self._cancel_poll)
+            kicked = self._kick.wait(max(0.0, timeout))
             self._kick.clear()
             if self._stop.is_set():
                 return
             try:
+                if not kicked and time.monotonic() < next_beat:
+                    if polling:
+                        self.poll_cancels()
+                    continue
+                next_beat = time.monotonic() + self._interval
                 self.beat()
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 silent = time.monotonic() - self._last_ok
@@ -103,6 +125,20 @@ class Heartbeater:
                     self._on_lost(job_id)
             elif not self._in_flight:
                 warned = False
+
+    def poll_cancels(self) -> None:
+        """Report the held jobs whose cancellation was requested (reads only)."""
+        pairs = self._held()
+        if not pairs:
+            return
+
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[int]]:
+            return conn.execute(queries.CANCELS_REQUESTED, ([p[0] for p in pairs], [p[1] for p in pairs])).fetchall()
+
+        rows = self._db.call(run)
+        self.cancel_polls += 1
+        for (job_id,) in rows:
+            self._on_cancel(job_id)
 
     def beat(self) -> None:
         pairs = self._held()

@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pgsched.errors import JobCancelled, LeaseLost
+from pgsched.errors import JobCancelled, LeaseLost, WorkerStopping
 
 
 class JobState(StrEnum):
@@ -50,6 +50,13 @@ class JobContext:
     ``pgsched.current_job()``). ``lease_token`` is the fencing token: pass it
     (with ``idempotency_key``) to outside systems so they can reject a stale
     or repeated run.
+
+    Three reasons to stop, one check: ``should_stop`` is true once a user
+    cancelled the job (``cancel_requested``), its worker is shutting down
+    (``stopping``), or its lease was lost (``lease_lost``). The worker, not
+    the return value, decides what a stopped run means: after a cancel the
+    job ends ``cancelled``; after the stop signal it is handed back to run
+    again (never recorded completed); after a lost lease nothing is written.
     """
 
     job: ClaimedJob
@@ -57,7 +64,9 @@ class JobContext:
     # Plain flags (a worker makes thousands of contexts a second); the event
     # that wakes sleep() is made only when a handler sleeps.
     _cancelled: bool = field(default=False, repr=False)
+    _stopping: bool = field(default=False, repr=False)
     _lost: bool = field(default=False, repr=False)
+    _stamped: bool = field(default=False, repr=False)  # its start is recorded already (claimed into a free slot)
     _waker: threading.Event | None = field(default=None, repr=False)
 
     @property
@@ -99,8 +108,18 @@ class JobContext:
 
     @property
     def cancel_requested(self) -> bool:
-        """True once cancellation was requested, the lease was lost, or the worker is stopping for good."""
+        """True once a user cancelled this job (pgsched.cancel()); returning then ends the job ``cancelled``."""
         return self._cancelled
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker is shutting down and wants this run to end: the job is handed back, not completed."""
+        return self._stopping
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the handler should return soon: cancelled, its worker stopping, or its lease lost."""
+        return self._cancelled or self._stopping or self._lost
 
     @property
     def lease_lost(self) -> bool:
@@ -108,34 +127,43 @@ class JobContext:
         return self._lost
 
     def raise_if_cancelled(self) -> None:
-        """Raise JobCancelled (or LeaseLost) when the handler should stop now."""
+        """Raise when the handler should stop now: LeaseLost, JobCancelled, or WorkerStopping."""
         if self._lost:
             raise LeaseLost(f"job {self.id}: lease lost (token {self.lease_token} is stale)")
         if self._cancelled:
             raise JobCancelled(f"job {self.id}: cancellation requested")
+        if self._stopping:
+            raise WorkerStopping(f"job {self.id}: the worker is stopping; the job will run again")
 
     def sleep(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; returns True early when cancellation arrives."""
+        """Sleep up to ``seconds``; returns True early when the handler should stop (see ``should_stop``)."""
         waker = self._waker
         if waker is None:
             with _WAKER_LOCK:
                 if self._waker is None:
                     self._waker = threading.Event()
                 waker = self._waker
-        if self._cancelled:  # set before the event existed
+        if self.should_stop:  # set before the event existed
             return True
         return waker.wait(seconds)
 
     def _request_cancel(self) -> None:
         self._cancelled = True
+        self._wake()
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+        self._wake()
+
+    def _mark_lease_lost(self) -> None:
+        self._lost = True
+        self._wake()
+
+    def _wake(self) -> None:
         with _WAKER_LOCK:
             waker = self._waker
         if waker is not None:
             waker.set()
-
-    def _mark_lease_lost(self) -> None:
-        self._lost = True
-        self._request_cancel()
 
 
 _WAKER_LOCK = threading.Lock()

@@ -15,6 +15,7 @@ from pgsched.dbconn import connect_options
 log = logging.getLogger(__name__)
 
 CHANNEL = "pgsched_jobs"
+CANCEL_CHANNEL = "pgsched_cancel"  # payload: the id of a running job whose cancel was requested
 
 
 class Listener:
@@ -25,6 +26,11 @@ class Listener:
     (re)connect it checks that a notification actually comes back; when it
     does not (a transaction-pooling PgBouncer in between), it says so once and
     stops, leaving the worker to its poll interval. ``available`` tells which.
+
+    With ``on_cancel``, it also listens on pgsched_cancel and calls
+    ``on_cancel(job_id)`` for each cancel request; ``on_connect()`` runs after
+    each (re)connect, once listening, so the caller can look up what was
+    missed while the connection was down.
     """
 
     def __init__(
@@ -36,6 +42,8 @@ class Listener:
         stop: threading.Event,
         channel: str = CHANNEL,
         probe_timeout: float = 2.0,
+        on_cancel: Callable[[int], None] | None = None,
+        on_connect: Callable[[], None] | None = None,
     ) -> None:
         self._dsn = dsn
         self._queues = frozenset(queues)
@@ -43,6 +51,8 @@ class Listener:
         self._stop = stop
         self._channel = channel
         self._probe_timeout = probe_timeout
+        self._on_cancel = on_cancel
+        self._on_connect = on_connect
         self.available: bool | None = None
         self.connected = threading.Event()
         self.reconnects = 0
@@ -78,7 +88,11 @@ class Listener:
                                 "PgBouncer?); the worker polls for work instead"
                             )
                             return
+                    if self._on_cancel is not None:
+                        conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                     self.connected.set()
+                    if self._on_connect is not None:
+                        self._on_connect()
                     if failures:
                         log.info("listener reconnected")
                     failures = 0
@@ -102,7 +116,10 @@ class Listener:
         while not self._stop.is_set():
             # Short waits: close() is noticed within one (notifies() cannot be interrupted).
             for note in conn.notifies(timeout=0.25):
-                if note.payload in self._queues or not note.payload:
+                if note.channel == CANCEL_CHANNEL:
+                    if self._on_cancel is not None and note.payload.isdigit():
+                        self._on_cancel(int(note.payload))
+                elif note.payload in self._queues or not note.payload:
                     self._wake()
             if time.monotonic() - last_check > 10.0:
                 # A silent half-open connection raises here instead of waiting forever.

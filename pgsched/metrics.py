@@ -45,7 +45,7 @@ QUEUES_SQL: Final[LiteralString] = """
 SELECT coalesce(s.queue, d.queue) AS queue,
        coalesce(s.paused, false) AS paused,
        coalesce(s.scheduled, 0) AS scheduled, coalesce(s.available, 0) AS available,
-       coalesce(s.running, 0) AS running, coalesce(s.retrying, 0) AS retrying,
+       coalesce(s.running, 0) AS running, coalesce(s.claimed, 0) AS claimed, coalesce(s.retrying, 0) AS retrying,
        coalesce(s.lease_expired, 0) AS lease_expired, coalesce(s.oldest_due_age_s, 0) AS oldest_due_age_s,
        coalesce(s.completed_5m, 0) AS completed_5m, coalesce(s.dead_5m, 0) AS dead_5m,
        coalesce(s.cancelled_5m, 0) AS cancelled_5m, coalesce(s.completed_per_s, 0) AS completed_per_s,
@@ -98,7 +98,9 @@ def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
         return [up]
     q = ["queue"]
     jobs = GaugeMetricFamily(
-        "pgsched_jobs", "Active jobs per queue and state (scheduled, available, running).", labels=["queue", "state"]
+        "pgsched_jobs",
+        "Active jobs per queue and state (scheduled, available, running: started, claimed: waiting for a slot).",
+        labels=["queue", "state"],
     )
     oldest = GaugeMetricFamily(
         "pgsched_oldest_due_age_seconds", "How long the oldest due, unclaimed job has waited (0: none).", labels=q
@@ -125,6 +127,7 @@ def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
         name = str(row["queue"])
         for state in ACTIVE_STATES:
             jobs.add_metric([name, state], row[state])
+        jobs.add_metric([name, "claimed"], row["claimed"])
         for state in FINISHED_STATES:
             finished.add_metric([name, state], row[f"{state}_5m"])
         for quantile, column in LAG_QUANTILES:

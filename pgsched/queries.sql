@@ -26,6 +26,30 @@ SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempot
        priority, tenant, created_at
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
+-- The claim, and in the same round trip the start of its first jobs (as many as
+-- the last parameters say): those that take a free handler slot at once.
+-- name: claim_and_start
+WITH c AS MATERIALIZED (
+    SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
+           priority, tenant, created_at, pg_catalog.row_number() OVER () AS n
+    FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s)
+), s AS MATERIALIZED (
+    SELECT s.job_id, s.outcome
+    FROM pgsched.start(ARRAY(SELECT c.id FROM c WHERE c.n <= %s ORDER BY c.n),
+                       ARRAY(SELECT c.lease_token FROM c WHERE c.n <= %s ORDER BY c.n),
+                       ARRAY(SELECT c.shard FROM c WHERE c.n <= %s ORDER BY c.n)) s
+)
+SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
+       c.run_at, c.priority, c.tenant, c.created_at, s.outcome AS started
+FROM c LEFT JOIN s ON s.job_id = c.id
+ORDER BY c.n;
+
+-- name: start
+SELECT job_id, outcome FROM pgsched.start(%s::bigint[], %s::bigint[], %s::smallint[]);
+
+-- name: cancels_requested
+SELECT pgsched.cancels_requested(%s::bigint[], %s::bigint[]);
+
 -- name: heartbeat
 SELECT job_id, held, cancel_requested FROM pgsched.heartbeat(%s::bigint[], %s::bigint[], %s::interval, %s);
 

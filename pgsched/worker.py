@@ -1,7 +1,8 @@
 """The worker: claims due jobs in batches sized to free slots, runs them, and writes outcomes back fenced.
 
 Threads, each with its own connection: the claim loop (this module), the
-handler pool (executor.py), the completer, the heartbeater and the listener.
+handler pool (executor.py), the starter, the completer, the heartbeater and
+the listener.
 No transaction is held open while a handler runs: the claim commits, the
 handler runs, the completion is a separate short statement.
 """
@@ -22,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
 from pgsched import queries
 from pgsched.app import App
@@ -36,6 +37,7 @@ from pgsched.job import ClaimedJob, JobContext
 from pgsched.listener import Listener
 from pgsched.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.outcome import Kind, Outcome
+from pgsched.starter import Starter
 from pgsched.vacuumer import Vacuumer
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,6 @@ class Worker:
         )
         self._threshold = max(1, min(self.capacity // 2, self.options.concurrency))
         self._held: dict[int, JobContext] = {}
-        self._handing_back: set[int] = set()  # asked to stop by shutdown
         self._stopped: list[JobContext] = []  # stopped when asked: hand back, do not fail
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -114,6 +115,7 @@ class Worker:
         self.counts = {"claimed": 0, "completed": 0, "failed": 0, "snoozed": 0, "dead": 0, "lost": 0, "cancelled": 0}
         self._executor = Executor(self.options.concurrency, self.app.tasks.get, self._on_done)
         self._completer: Completer | None = None
+        self._starter: Starter | None = None
         self._heartbeater: Heartbeater | None = None
         self._listener: Listener | None = None
         self._vacuumer: Vacuumer | None = None
@@ -186,9 +188,19 @@ class Worker:
             on_cancel=self._on_cancel_requested,
             stop=threading.Event(),
             prepare=opts.prepare,
+            listening=lambda: self._listener is not None and self._listener.connected.is_set(),
         )
+        self._starter = Starter(dsn, launch=self._executor.launch, stop=self._giving_up, prepare=opts.prepare)
+        self._executor.gate = self._starter.submit
         if opts.listen:
-            self._listener = Listener(dsn, opts.queues, self._wake.set, stop=threading.Event())
+            self._listener = Listener(
+                dsn,
+                opts.queues,
+                self._wake.set,
+                stop=threading.Event(),
+                on_cancel=self._on_cancel_requested,
+                on_connect=self._heartbeater.kick,  # cancels sent while the listener was down
+            )
             self._listener.start()
         if opts.housekeeping and opts.vacuum_interval > 0:
             self._vacuumer = Vacuumer(dsn, interval=opts.vacuum_interval, purpose=f"worker {self.name}")
@@ -197,6 +209,7 @@ class Worker:
             self._keeper = ScheduleKeeper(dsn, self.name, prepare=opts.prepare)
             self._keeper.start()
         self._executor.start()
+        self._starter.start()
         self._completer.start()
         self._heartbeater.start()
         log.info(
@@ -292,31 +305,31 @@ class Worker:
         # claimers do not fight over the same rows.
         start_shard = None if not self._held else self._shard_cursor
 
-        def run(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
-            with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
-                return cur.execute(
-                    queries.CLAIM,
-                    (
-                        self.name,
-                        list(opts.queues),
-                        n,
-                        timedelta(seconds=opts.lease),
-                        list(opts.labels),
-                        start_shard,
-                    ),
-                ).fetchall()
+        # Jobs that take a free slot at once have their start recorded by the
+        # claim's own round trip (pgsched.start(), fenced); the others when a
+        # slot takes them (the starter).
+        at_once = min(n, self._executor.free_slots())
+        claim_args = (self.name, list(opts.queues), n, timedelta(seconds=opts.lease), list(opts.labels), start_shard)
+
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None]]:
+            if not at_once:
+                with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+                    return [(job, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(queries.CLAIM_AND_START, (*claim_args, at_once, at_once, at_once)).fetchall()
+            return [(ClaimedJob(**{k: v for k, v in row.items() if k != "started"}), row["started"]) for row in rows]
 
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
         self.metrics.claim_seconds.observe(time.perf_counter() - started)
         if not jobs:
             return 0
-        contexts = [JobContext(job=job, worker=self.name) for job in jobs]
+        contexts = [_context(job, self.name, outcome) for job, outcome in jobs]
         with self._lock:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
-        self.metrics.count_claimed((job.queue, job.task) for job in jobs)
+        self.metrics.count_claimed((ctx.queue, ctx.task) for ctx in contexts)
         self._executor.submit_many(contexts)
         return len(jobs)
 
@@ -361,13 +374,18 @@ class Worker:
                 extra={"job_id": ctx.id, "task": ctx.task},
             )
             outcome = Outcome(ctx.job, Kind.DISCARD)
-        if outcome.kind is Kind.FAIL and ctx.id in self._handing_back:
-            # It failed because shutdown asked it to stop (JobCancelled,
-            # CancelledError): hand it back without spending an attempt.
+        if ctx.stopping and outcome.kind is not Kind.DISCARD:
+            # Shutdown asked it to stop: whatever it returned or raised then,
+            # the run was cut short. Hand it back without spending an attempt
+            # (never recorded completed).
             with self._lock:
                 if self._held.pop(ctx.id, None) is not None:
                     self._stopped.append(ctx)
             return
+        if ctx.cancel_requested and outcome.kind is Kind.COMPLETE:
+            # Returning after a cancel request acknowledges it: fail() records
+            # a cancel-requested job as cancelled (fenced by its token).
+            outcome = Outcome(ctx.job, Kind.FAIL, error="cancelled: the handler returned after the cancel request")
         if outcome.kind is Kind.DISCARD:
             self.counts["lost"] += 1
             self.metrics.count(ctx.queue, ctx.task, "lost")
@@ -452,6 +470,8 @@ class Worker:
         opts = self.options
         self._stopping.set()
         unstarted = self._executor.take_unstarted()
+        if self._starter is not None:
+            unstarted += self._starter.close()  # took a slot, start not yet recorded: never started
         for ctx in unstarted:
             with self._lock:
                 self._held.pop(ctx.id, None)
@@ -464,9 +484,8 @@ class Worker:
             # Ask the handlers to stop, give them a moment, then hand the jobs back.
             with self._lock:
                 running = list(self._held.values())
-                self._handing_back.update(ctx.id for ctx in running)
             for ctx in running:
-                ctx._request_cancel()
+                ctx._request_stop()
                 self._executor.cancel_async(ctx.id)
             grace = time.monotonic() + (0 if self._forced else min(2.0, max(0.2, opts.shutdown_timeout / 10)))
             while self._held and time.monotonic() < grace:
@@ -519,6 +538,18 @@ _OUTCOMES = {"completed": "completed", "lease_lost": "lost", "dead": "dead", "ca
 
 def _retry_outcome(outcome: Outcome) -> str:
     return "snoozed" if outcome.kind is Kind.SNOOZE else "retried"
+
+
+def _context(job: ClaimedJob, worker: str, started: str | None) -> JobContext:
+    """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
+    ctx = JobContext(job=job, worker=worker)
+    if started == "started":
+        ctx._stamped = True
+    elif started == "cancel_requested":
+        ctx._request_cancel()
+    elif started == "lease_lost":
+        ctx._mark_lease_lost()
+    return ctx
 
 
 def _first_line(text: str | None) -> str:

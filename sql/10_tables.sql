@@ -29,6 +29,7 @@ CREATE TABLE pgsched.jobs (
     last_error          text,
     created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
     schedule            text,             -- the recurring schedule this occurrence belongs to
+    claimed_at          timestamptz,      -- when the current lease was taken; started_at: when its handler began
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -58,6 +59,8 @@ COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current leas
 COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
 COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
 COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
+COMMENT ON COLUMN pgsched.jobs.started_at IS
+    'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 
 CREATE TABLE pgsched.job_history (
     id                  bigint            NOT NULL,

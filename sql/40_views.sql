@@ -2,13 +2,15 @@
 
 -- queue_stats: depth by state, the age of the oldest due job, retries, and
 -- over the last five minutes the finished counts, throughput and start lag
--- (start - due) percentiles.
-CREATE VIEW pgsched.queue_stats AS
+-- (handler start - due) percentiles. running counts jobs whose handler has
+-- started; claimed, those leased to a worker and waiting for a free slot.
+CREATE OR REPLACE VIEW pgsched.queue_stats AS
 WITH active AS (
     SELECT j.queue,
            pg_catalog.count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
            pg_catalog.count(*) FILTER (WHERE j.state = 'available') AS available,
-           pg_catalog.count(*) FILTER (WHERE j.state = 'running') AS running,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.started_at IS NOT NULL) AS running,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.started_at IS NULL) AS claimed,
            pg_catalog.count(*) FILTER (WHERE j.state IN ('scheduled', 'available') AND j.attempt > 0) AS retrying,
            pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at < pg_catalog.now())
                AS lease_expired,
@@ -53,16 +55,17 @@ SELECT n.queue,
        round((coalesce(r.completed_5m, 0) / 300.0)::numeric, 2)::double precision AS completed_per_s,
        r.lag_p50::double precision AS lag_p50_s,
        r.lag_p95::double precision AS lag_p95_s,
-       r.lag_p99::double precision AS lag_p99_s
+       r.lag_p99::double precision AS lag_p99_s,
+       coalesce(a.claimed, 0) AS claimed
 FROM names n
 LEFT JOIN active a ON a.queue = n.queue
 LEFT JOIN recent r ON r.queue = n.queue
 LEFT JOIN pgsched.queues q ON q.name = n.queue;
 COMMENT ON VIEW pgsched.queue_stats IS
-    'Per queue: depth by state, oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
+    'Per queue: depth by state (running: handler started; claimed: leased, waiting for a slot), oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
 
 -- dead_letters: jobs whose latest outcome is dead and that were not redriven.
-CREATE VIEW pgsched.dead_letters AS
+CREATE OR REPLACE VIEW pgsched.dead_letters AS
 SELECT h.id, h.queue, h.task, h.args, h.attempt, h.max_attempts, h.error, h.finished_at AS died_at,
        h.created_at, h.idempotency_key, h.tenant, h.labels, h.leased_by AS last_worker
 FROM pgsched.job_history h
@@ -72,19 +75,22 @@ WHERE h.state = 'dead'
 COMMENT ON VIEW pgsched.dead_letters IS
     'Dead jobs awaiting a decision: SELECT pgsched.retry(id) redrives one.';
 
--- workers_live: workers seen in the last minute, with what they hold now.
-CREATE VIEW pgsched.workers_live AS
+-- workers_live: workers seen in the last minute, with what they hold now:
+-- jobs whose handler runs, and jobs claimed that wait for a slot.
+CREATE OR REPLACE VIEW pgsched.workers_live AS
 SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
        EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
-       (SELECT pg_catalog.count(*) FROM pgsched.jobs j WHERE j.state = 'running' AND j.leased_by = w.name)
-           AS running, w.version
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NOT NULL) AS running, w.version,
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed
 FROM pgsched.workers w
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
 
 -- schedule_status: each schedule with its next occurrence, its last finished
 -- run, and why it cannot fire when it cannot.
-CREATE VIEW pgsched.schedule_status AS
+CREATE OR REPLACE VIEW pgsched.schedule_status AS
 SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.enabled, s.concurrency, s.misfire_policy,
        s.gap_policy, s.overlap_policy, s.expanded_until, s.version, s.last_error,
        (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j

@@ -48,6 +48,7 @@ GRANT EXECUTE ON FUNCTION
     -- code-defined schedules (@app.cron) only: see _check_schedule_write
     pgsched.upsert_schedule
     TO pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,

@@ -34,6 +34,7 @@
 \ir functions/bind_tenant.sql
 \ir functions/cancel.sql
 \ir functions/cancel_many.sql
+\ir functions/cancels_requested.sql
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/enqueue.sql
@@ -63,6 +64,7 @@
 \ir functions/schema_revision.sql
 \ir functions/snooze.sql
 \ir functions/tg_config__before_update.sql
+\ir functions/start.sql
 \ir functions/tg_jobs__before_insert.sql
 \ir functions/tg_schedules__before_write.sql
 \ir functions/unbind_tenant.sql

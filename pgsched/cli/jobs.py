@@ -377,9 +377,9 @@ def cancel_jobs(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
 
     \b
     cancelled           it was waiting; it will never run
-    cancel_requested    it is running; its worker sees the request at its next
-                        heartbeat, and the run ends as cancelled unless it
-                        had already succeeded
+    cancel_requested    it is claimed or running; its worker is told at once
+                        (within a second), a claimed job never starts, and a
+                        run ends as cancelled unless it had already succeeded
     already_<state>     it had finished; nothing changed
     not_found           no such job (exit status 1)
     """

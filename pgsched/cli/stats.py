@@ -49,7 +49,7 @@ ORDER BY h.queue
 """
 
 WORKERS = """
-SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.started_at, w.last_seen,
+SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.claimed, w.started_at, w.last_seen,
        w.seen_s_ago, w.version
 FROM pgsched.workers_live w
 ORDER BY w.name
@@ -65,6 +65,7 @@ NOW_HEADINGS = {
     "scheduled": "scheduled",
     "available": "available",
     "running": "running",
+    "claimed": "claimed",
     "retrying": "retrying",
     "lease_expired": "lease expired",
     "oldest_due_age_s": "oldest due",
@@ -92,7 +93,7 @@ SINCE_HEADINGS = {
     "run_p95_max_s": "worst run p95",
     "available_max": "peak available",
 }
-WORKER_HEADINGS = ("name", "host", "pid", "queues", "running", "seen", "started")
+WORKER_HEADINGS = ("name", "host", "pid", "queues", "running", "claimed", "seen", "started")
 _LAG_COLUMNS = frozenset({"lag_p50_s", "lag_p95_s", "lag_p99_s", "lag_p95_max_s", "run_p95_max_s"})
 
 
@@ -152,6 +153,7 @@ def _worker_cells(row: dict[str, Any]) -> dict[str, Any]:
         "pid": row.get("pid"),
         "queues": ",".join(row.get("queues") or []),
         "running": running,
+        "claimed": row.get("claimed", 0),
         "seen": f"{format_seconds(row.get('seen_s_ago'))} ago",
         "started": row.get("started_at"),
     }
@@ -213,13 +215,14 @@ def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float, since
     queues now
       scheduled      waiting for their time
       available      due, waiting for a worker
-      running        leased by a worker
+      running        its handler has started
+      claimed        leased by a worker, waiting for a free slot
       retrying       waiting to run again after a failure
       lease expired  running, but the lease ran out (worker gone or stuck)
       oldest due     how long the oldest due job has waited
     last 5 minutes
       completed, dead, cancelled, completed/s
-      lag p50/p95/p99   start time minus due time
+      lag p50/p95/p99   handler start minus due time
     workers: those seen in the last minute
 
     --since 1h: per queue over the last hour, minute by minute rolled up

@@ -60,7 +60,11 @@ def _split(value: str) -> list[str]:
 @click.option("--labels", default="", help="Comma-separated labels this worker offers (jobs may require labels).")
 @click.option("--name", default=None, help="Worker name [default: host:pid:random].")
 @click.option("--burst", is_flag=True, help="Exit 0 once no due work is left.")
-@click.option("--no-listen", is_flag=True, help="Do not LISTEN (e.g. behind PgBouncer transaction pooling); poll.")
+@click.option(
+    "--no-listen",
+    is_flag=True,
+    help="Do not LISTEN (e.g. behind PgBouncer transaction pooling): poll for work, and every 0.5 s for cancels.",
+)
 @click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
 @click.option(
     "--no-housekeeping",

@@ -154,6 +154,7 @@ QUEUE_COLUMNS = (
     Column("scheduled", "num"),
     Column("available", "num"),
     Column("running", "num"),
+    Column("claimed", "num"),
     Column("retrying", "num"),
     Column("lease expired", "num"),
     Column("oldest due", "num"),
@@ -176,6 +177,7 @@ def _queue_row(view: View, q: Mapping[str, Any]) -> list[object]:
         number(q["scheduled"]),
         number(q["available"]),
         number(q["running"]),
+        number(q["claimed"]),
         _count(q["retrying"], "warn"),
         _count(q["lease_expired"], "warn"),
         _age(q["oldest_due_age_s"]),
@@ -194,12 +196,16 @@ def _queue_row(view: View, q: Mapping[str, Any]) -> list[object]:
 
 def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
     queues: Sequence[Mapping[str, Any]] = data["queues"]
-    totals = {key: sum(int(q[key]) for q in queues) for key in ("scheduled", "available", "running", "dead_letters")}
+    totals = {
+        key: sum(int(q[key]) for q in queues)
+        for key in ("scheduled", "available", "running", "claimed", "dead_letters")
+    }
     oldest = max((float(q["oldest_due_age_s"]) for q in queues), default=0.0)
     grid = join(
         [
             _stat("available (due)", number(totals["available"])),
             _stat("running", number(totals["running"])),
+            _stat("claimed (waiting for a slot)", number(totals["claimed"])),
             _stat("scheduled", number(totals["scheduled"])),
             _stat("oldest due job waiting", _age(oldest) or "—"),
             _stat("dead letters", number(totals["dead_letters"])),
@@ -213,6 +219,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             Column("pid", "num"),
             Column("queues"),
             Column("running", "num"),
+            Column("claimed", "num"),
             Column("last seen", "num"),
             Column("started"),
             Column("version"),
@@ -224,6 +231,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
                 w["pid"],
                 ", ".join(w["queues"] or []),
                 f"{w['running']}/{w['concurrency']}" if w["concurrency"] is not None else w["running"],
+                w["claimed"],
                 f"{duration(w['seen_s_ago'])} ago",
                 timestamp(w["started_at"]),
                 w["version"],
@@ -347,6 +355,7 @@ def queue(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             _stat("scheduled", number(stats.get("scheduled", 0))),
             _stat("available", number(stats.get("available", 0))),
             _stat("running", number(stats.get("running", 0))),
+            _stat("claimed (waiting for a slot)", number(stats.get("claimed", 0))),
             _stat("retrying", number(stats.get("retrying", 0))),
             _stat("lease expired", number(stats.get("lease_expired", 0))),
             _stat("oldest due", _age(stats.get("oldest_due_age_s")) or "—"),

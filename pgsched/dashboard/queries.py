@@ -16,7 +16,7 @@ FINISHED_STATES: Final = ("completed", "dead", "cancelled")
 STATES: Final = ACTIVE_STATES + FINISHED_STATES
 
 WORKERS: Final[LiteralString] = """
-SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.started_at, w.last_seen,
+SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.claimed, w.started_at, w.last_seen,
        w.seen_s_ago, w.version
 FROM pgsched.workers_live w
 ORDER BY w.name

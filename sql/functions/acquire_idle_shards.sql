@@ -19,7 +19,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
 BEGIN
     IF acquire_idle_shards.lease IS NULL OR acquire_idle_shards.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: the lease must be positive' USING ERRCODE = 'invalid_parameter_value';

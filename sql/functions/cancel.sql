@@ -1,10 +1,13 @@
 -- cancel
 -- contract: a waiting job (scheduled or available) is cancelled at once and
 -- returns 'cancelled'; once that is returned the job can never start. A
--- running job gets a cancel request, seen by its worker at the next
--- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
--- had already succeeded. A finished job is left as it is
--- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
+-- running job gets a cancel request ('cancel_requested'), and its worker is
+-- told at once: a NOTIFY on pgsched_cancel whose payload is the job id only
+-- (the heartbeat, or a short poll without LISTEN, is the fallback). A claimed
+-- job whose handler has not started yet never starts (start() refuses it);
+-- a started one ends as 'cancelled' unless it had already succeeded. A
+-- finished job is left as it is ('already_completed', 'already_dead',
+-- 'already_cancelled'); an unknown id
 -- returns 'not_found', as does a job of another tenant for a session
 -- confined to one (see _check_tenant).
 CREATE OR REPLACE FUNCTION pgsched.cancel(
@@ -53,6 +56,7 @@ BEGIN
         IF FOUND THEN
             PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt, v_job.leased_by,
                                    v_job.lease_token);
+            PERFORM pg_catalog.pg_notify('pgsched_cancel', v_job.id::text);
             RETURN 'cancel_requested';
         END IF;
 

@@ -37,7 +37,7 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    -- The clock now, not at transaction start: started_at - run_at is the start lag.
+    -- The clock now, not at transaction start: the lease runs from the claim.
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_shards integer;
     v_audit boolean;
@@ -84,7 +84,8 @@ BEGIN
                     lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
                     leased_by = claim.worker,
                     lease_expires_at = v_now + claim.lease,
-                    started_at = v_now
+                    claimed_at = v_now,
+                    started_at = NULL  -- set by start(), when a handler slot takes it
                 WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
                   AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
                   AND j.state = 'available'
@@ -128,7 +129,8 @@ BEGIN
                 lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
                 leased_by = claim.worker,
                 lease_expires_at = v_now + claim.lease,
-                started_at = v_now
+                claimed_at = v_now,
+                started_at = NULL  -- set by start(), when a handler slot takes it
             -- ids as an array: one index probe each, never a scan of the partition
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
             RETURNING j.*

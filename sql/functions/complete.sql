@@ -47,7 +47,8 @@ BEGIN
              leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
-               d.created_at, d.started_at, v_now, d.result, NULL, d.schedule
+               -- a worker that never called start() ran it from its claim on
+               d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule
         FROM done d
     ), audit AS (
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)

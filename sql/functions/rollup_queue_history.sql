@@ -22,7 +22,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_current timestamptz := pg_catalog.date_trunc('minute', v_now, 'UTC');
     v_to timestamptz := pg_catalog.date_trunc('minute', least(coalesce(p_until, v_now), v_now), 'UTC')
                         + interval '1 minute';

@@ -47,6 +47,7 @@ BEGIN
     NEW.leased_by := NULL;
     NEW.lease_expires_at := NULL;
     NEW.started_at := NULL;
+    NEW.claimed_at := NULL;
     NEW.cancel_requested_at := NULL;
     NEW.last_error := NULL;
     -- Occurrences of schedules always pass through promotion, which applies

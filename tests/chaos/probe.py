@@ -153,7 +153,7 @@ def probe(
             lost_at = time.monotonic()
     if ctx.lease_lost and lost_at is None:
         lost_at = time.monotonic()
-    if not stubborn and ctx.cancel_requested:
+    if not stubborn and ctx.should_stop:  # cancelled, worker stopping, or lease lost
         _end(run, "lease_lost" if ctx.lease_lost else "cancelled", ctx, lost_at)
         ctx.raise_if_cancelled()
     if ctx.attempt <= fail:

@@ -112,11 +112,14 @@ def enqueue(
 
 
 def claim(conn: psycopg.Connection[Any], queue: str, worker: str = "w-e2e", lease: str = "5 minutes") -> Any:
-    """Lease the one due job of ``queue`` (tests give such jobs a queue of their own)."""
+    """Lease the one due job of ``queue`` and start it, as a worker does (tests give such jobs a queue of their own)."""
     rows = conn.execute(
         "SELECT id, lease_token FROM pgsched.claim(%s, ARRAY[%s], 1, %s::interval)", [worker, queue, lease]
     ).fetchall()
     assert len(rows) == 1, f"expected one due job in queue {queue}, claimed {rows}"
+    conn.execute(
+        "SELECT pgsched.start(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])", [rows[0]["id"], rows[0]["lease_token"]]
+    )
     return rows[0]
 
 

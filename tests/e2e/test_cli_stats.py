@@ -19,19 +19,24 @@ from tests.e2e.clirun import ROOT, Cli, command, connect, enqueue, environment, 
 QUEUE_FIELDS = {
     "queue", "paused", "scheduled", "available", "running", "retrying", "lease_expired", "oldest_due_age_s",
     "completed_5m", "dead_5m", "cancelled_5m", "completed_per_s", "lag_p50_s", "lag_p95_s", "lag_p99_s",
+    "claimed",
 }  # fmt: skip
 
 
 @pytest.fixture
 def busy(dsn: str) -> str:
-    """Queue 'mail': 2 available, 1 scheduled, 1 running with a lapsed lease, 1 completed, 1 dead; a worker."""
+    """Queue 'mail': 2 available, 1 scheduled, 1 running with a lapsed lease, 1 claimed by the live worker and
+    waiting for a slot, 1 completed, 1 dead; a worker."""
     with connect(dsn) as conn:
         make_completed(conn, "mail")
         make_dead(conn, "mail", "boom")
         enqueue(conn, "t.slow", queue="mail")
         conn.execute(
-            "SELECT id FROM pgsched.claim('w-gone', ARRAY['mail'], 1, '1 minute', p_now => now() - interval '1 hour')"
+            "SELECT pgsched.start(ARRAY[id], ARRAY[lease_token], p_now => now() - interval '1 hour') "
+            "FROM pgsched.claim('w-gone', ARRAY['mail'], 1, '1 minute', p_now => now() - interval '1 hour')"
         )
+        enqueue(conn, "t.waiting", queue="mail")
+        conn.execute("SELECT id FROM pgsched.claim('w-live', ARRAY['mail'], 1, '1 minute')")
         enqueue(conn, "t.a", queue="mail")
         enqueue(conn, "t.b", queue="mail")
         enqueue(conn, "t.later", queue="mail", run_at=datetime(2030, 1, 1, tzinfo=UTC))
@@ -45,13 +50,14 @@ def test_stats_json(busy: str) -> None:
     (mail,) = [q for q in snap["queues"] if q["queue"] == "mail"]
     assert set(mail) == QUEUE_FIELDS
     assert (mail["available"], mail["scheduled"], mail["running"], mail["lease_expired"]) == (2, 1, 1, 1)
+    assert mail["claimed"] == 1
     assert (mail["completed_5m"], mail["dead_5m"], mail["paused"]) == (1, 1, False)
     assert mail["oldest_due_age_s"] >= 0
     assert mail["lag_p50_s"] is not None
     assert mail["lag_p50_s"] <= mail["lag_p99_s"]
     (worker,) = snap["workers"]
     assert (worker["name"], worker["host"], worker["pid"], worker["queues"]) == ("w-live", "host-1", 4242, ["mail"])
-    assert worker["running"] == 0
+    assert (worker["running"], worker["claimed"]) == (0, 1)
 
 
 def test_stats_as_tables(busy: str) -> None:

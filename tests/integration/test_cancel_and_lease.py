@@ -208,6 +208,8 @@ def test_lost_lease_is_seen_by_heartbeat_and_the_stale_result_is_never_written(
     caplog.set_level(logging.WARNING, logger="pgsched")
     job_id = (sync_handler if kind == "sync" else async_handler).enqueue()
     running = start_worker(lease=LEASE, heartbeat_interval=BEAT)
+    # started, not just claimed: a job taken over before its start never starts
+    wait_for(lambda: (job(conn, job_id) or {}).get("started_at") is not None, what="the handler started")
     first_token = wait_state(conn, job_id, "running")["lease_token"]
     new_token = take_over(dsn, job_id)
     assert new_token > first_token
@@ -243,6 +245,8 @@ def test_completion_with_a_stale_token_is_rejected_and_logged(
     # A long lease: no heartbeat comes before the handler returns, so the
     # completion itself meets the stale token.
     running = start_worker(lease=60)
+    # started, not just claimed: a job taken over before its start never starts
+    wait_for(lambda: (job(conn, job_id) or {}).get("started_at") is not None, what="the handler started")
     first_token = wait_state(conn, job_id, "running")["lease_token"]
     new_token = take_over(dsn, job_id)
     go.set()

@@ -169,9 +169,9 @@ def test_jobs_due_soon_are_promoted_by_the_worker_itself(
 
 
 class CliWorker:
-    """`pgsched worker` in a subprocess, its log collected line by line."""
+    """`pgsched worker` (or another command: `run`) in a subprocess, its log collected line by line."""
 
-    def __init__(self, dsn: str, *args: str) -> None:
+    def __init__(self, dsn: str, *args: str, command: str = "worker") -> None:
         env = {**os.environ, "PGSCHED_DSN": dsn, "PYTHONPATH": str(ROOT)}
         env.pop("PGSCHED_APP", None)
         self.proc = subprocess.Popen(
@@ -179,11 +179,10 @@ class CliWorker:
                 sys.executable,
                 "-m",
                 "pgsched",
-                "worker",
+                command,
                 "--app",
                 "tests.integration.cli_app:app",
-                "--lease",
-                "3",
+                *(("--lease", "3") if command == "worker" else ()),
                 *args,
             ],
             cwd=ROOT,
@@ -222,8 +221,8 @@ class CliWorker:
 def cli_worker(dsn: str) -> Iterator[Callable[..., CliWorker]]:
     started: list[CliWorker] = []
 
-    def start(*args: str) -> CliWorker:
-        started.append(CliWorker(dsn, *args))
+    def start(*args: str, command: str = "worker") -> CliWorker:
+        started.append(CliWorker(dsn, *args, command=command))
         return started[-1]
 
     yield start

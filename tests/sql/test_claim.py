@@ -56,7 +56,8 @@ def test_claimed_job_is_leased_to_the_worker(conn: Conn, now: datetime) -> None:
     assert row["leased_by"] == "w1"
     assert row["lease_token"] == got["lease_token"]
     assert row["lease_expires_at"] == now + timedelta(seconds=45)
-    assert row["started_at"] == now
+    assert row["claimed_at"] == now
+    assert row["started_at"] is None  # until its handler starts: pgsched.start()
     assert row["run_at"] == got["run_at"]
     [event] = events(conn, job_id)
     assert (event["kind"], event["worker"], event["token"], event["attempt"], event["at"]) == (

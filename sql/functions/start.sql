@@ -1,0 +1,47 @@
+-- start
+-- contract: records that the handlers of these claimed jobs start now, in
+-- one statement for a batch of starts, fenced by each job's token: only a
+-- job whose lease is current and whose cancellation was not requested gets
+-- its started_at (the database's clock, read when the statement runs). Returns
+-- one row per input job: 'started' (run the handler), 'cancel_requested'
+-- (do not start it: cancel it, e.g. fail() records it 'cancelled') or
+-- 'lease_lost' (another run may own it: do not start it). A job claimed but
+-- not started has started_at NULL, so views tell "waiting for a slot" from
+-- "running", and start lag (started_at - run_at) counts the wait for a slot.
+--
+-- Cancel-requested rows are rewritten unchanged rather than filtered out:
+-- when a cancel() commits while this statement waits for the row, the
+-- re-checked row version decides, so a cancel never loses to a start that
+-- began a moment before it.
+CREATE OR REPLACE FUNCTION pgsched.start(
+    job_ids bigint[],
+    tokens  bigint[],
+    shards  smallint[]  DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, outcome text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+BEGIN
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.shard
+        FROM unnest(start.job_ids, start.tokens, start.shards) AS u(id, token, shard)
+        WHERE u.id IS NOT NULL
+    ), stamped AS (
+        UPDATE pgsched.jobs j
+        SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END
+        FROM input u
+        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+          AND (u.shard IS NULL OR j.shard = u.shard)
+        RETURNING j.id, j.cancel_requested_at IS NULL AS go
+    )
+    SELECT u.id, CASE WHEN s.go THEN 'started' WHEN NOT s.go THEN 'cancel_requested' ELSE 'lease_lost' END
+    FROM input u
+    LEFT JOIN stamped s ON s.id = u.id;
+END
+$$;
