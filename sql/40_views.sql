@@ -111,7 +111,7 @@ COMMENT ON VIEW pgsched.schedule_status IS
 -- the oldest due age were sampled during it (NULL when nobody sampled);
 -- percentiles are of the jobs that finished in it. `final` says the minute
 -- was rolled up after it ended (its counts will not change).
-CREATE VIEW pgsched.queue_history AS
+CREATE OR REPLACE VIEW pgsched.queue_history AS
 SELECT m.minute, m.queue, m.completed, m.failed, m.dead, m.cancelled, m.retried, m.expired,
        m.failed + m.dead + m.expired AS failures,
        round((m.completed / 60.0)::numeric, 3)::double precision AS completed_per_s,

@@ -2362,7 +2362,10 @@ REVOKE EXECUTE ON FUNCTION pgsched._clock(timestamptz), pgsched._tenant_scope(),
     pgsched.unbind_tenant(regrole), pgsched.tg_config__before_update() FROM PUBLIC;
 REVOKE ALL ON pgsched.tenant_roles FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgsched._tenant_scope() TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+-- In the order of a fresh install (the worker's grant first).
+REVOKE EXECUTE ON FUNCTION pgsched.upsert_schedule FROM pgsched_admin;
 GRANT EXECUTE ON FUNCTION pgsched.upsert_schedule TO pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.upsert_schedule TO pgsched_admin;
 GRANT EXECUTE ON FUNCTION pgsched.bind_tenant, pgsched.unbind_tenant TO pgsched_admin;
 GRANT SELECT ON pgsched.tenant_roles TO pgsched_admin;
 GRANT EXECUTE ON FUNCTION pgsched._valid_timezone(text) TO pgsched_admin;
