@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from pgsched.cli.common import EXIT_FAILURE, emit_json, handle_errors, state
+from pgsched.redact import redact
 
 if TYPE_CHECKING:
     from pgsched.demo import Snapshot, Summary
@@ -219,8 +220,9 @@ def demo(
         _print_summary(console, summary)
         parent = ctx.parent
         from_flag = parent is not None and parent.get_parameter_source("dsn") is ParameterSource.COMMANDLINE
-        pgsched_cmd = f"pgsched --dsn '{dsn}'" if from_flag else "pgsched"
-        _print_look_inside(console, dsn, pgsched_cmd, summary.run, embedded)
+        shown = dsn if embedded else redact(dsn)  # the embedded server's DSN has no password
+        pgsched_cmd = f"pgsched --dsn '{shown}'" if from_flag else "pgsched"
+        _print_look_inside(console, shown, pgsched_cmd, summary.run, embedded)
     if not summary.ok:
         sys.exit(EXIT_FAILURE)
 

@@ -22,6 +22,7 @@ from pgsched.cli.common import (
     to_jsonable,
 )
 from pgsched.errors import PgschedError
+from pgsched.redact import redact
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -195,7 +196,7 @@ def _snapshots(cli: CliState, interval: float) -> Iterator[dict[str, Any] | str]
                     yield snapshot(conn)
                     time.sleep(interval)
         except PgschedError as exc:
-            yield f"error: {exc} (retrying every {interval:g}s)"
+            yield redact(f"error: {exc} (retrying every {interval:g}s)")
             time.sleep(interval)
 
 
