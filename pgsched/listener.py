@@ -102,7 +102,7 @@ class Listener:
         while not self._stop.is_set():
             # Short waits: close() is noticed within one (notifies() cannot be interrupted).
             for note in conn.notifies(timeout=0.25):
-                if note.payload in self._queues or not note.payload:
+                if note.payload in self._queues or "*" in self._queues or not note.payload:
                     self._wake()
             if time.monotonic() - last_check > 10.0:
                 # A silent half-open connection raises here instead of waiting forever.

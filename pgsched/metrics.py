@@ -274,7 +274,7 @@ class MetricsServer:
     """prometheus_client's HTTP server in a daemon thread, serving one registry."""
 
     registry: CollectorRegistry
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 0
     _server: Any = None
     _thread: threading.Thread | None = None
@@ -288,6 +288,12 @@ class MetricsServer:
         self.port = int(self._server.server_port)
         return self.port
 
+    @property
+    def url(self) -> str:
+        """http://HOST:PORT of the server (IPv6 addresses in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -298,10 +304,11 @@ class MetricsServer:
             self._thread = None
 
 
-def worker_registry(metrics: WorkerMetrics) -> CollectorRegistry:
-    """A registry with the worker's counters and the standard process and platform metrics."""
+def worker_registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry with these collectors (a worker's counters, queue gauges) and the process and platform metrics."""
     registry = CollectorRegistry()
-    registry.register(metrics)
+    for collector in collectors:
+        registry.register(collector)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

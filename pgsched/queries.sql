@@ -61,5 +61,32 @@ SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s);
 -- name: unregister_worker
 SELECT pgsched.unregister_worker(%s);
 
+-- name: due_queues
+-- The queues that hold due jobs, for a worker serving '*': one probe of the
+-- claim index per queue (a loose index scan), whatever the backlog.
+WITH RECURSIVE q AS (
+    (SELECT j.queue FROM pgsched.jobs j WHERE j.state = 'available' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgsched.jobs j WHERE j.state = 'available' AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
+
+-- name: unserved_queues
+-- Queues with due jobs that are not paused and that no live worker serves
+-- (by name or by '*'), with how many jobs wait and for how long.
+SELECT s.queue, s.available, s.oldest_due_age_s
+FROM pgsched.queue_stats s
+WHERE s.available > 0 AND NOT s.paused
+  AND NOT EXISTS (SELECT 1 FROM pgsched.workers_live w WHERE s.queue = ANY (w.queues) OR '*' = ANY (w.queues))
+ORDER BY s.queue;
+
+-- name: known_queues
+-- Queues pgsched knows of: configured, holding jobs, or named by a registered task.
+SELECT q.name FROM pgsched.queues q
+UNION SELECT t.queue FROM pgsched.tasks t
+UNION SELECT s.queue FROM pgsched.queue_stats s;
+
 -- name: vacuum_candidates
 SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates(%s, %s);

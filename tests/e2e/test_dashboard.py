@@ -430,7 +430,7 @@ def test_help_of_dashboard_and_worker_metrics_port() -> None:
     assert dashboard.code == 0, str(dashboard)
     for phrase in ("--host", "--port", "--read-only", "PGSCHED_DASHBOARD_USER", "/metrics"):
         assert phrase in dashboard.out
-    assert "--metrics-port PORT" in worker.out
+    assert "--metrics-port [HOST:]PORT" in worker.out
 
 
 def _free_port() -> int:
