@@ -40,6 +40,7 @@ class ClaimedJob:
     priority: int
     tenant: str | None
     created_at: datetime
+    lease_expires_at: datetime | None = None  # claimed at = lease_expires_at - lease (the database's clock)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -59,6 +60,7 @@ class JobContext:
     _cancelled: bool = field(default=False, repr=False)
     _lost: bool = field(default=False, repr=False)
     _waker: threading.Event | None = field(default=None, repr=False)
+    _started: float = field(default=0.0, repr=False)  # perf_counter() when the handler was called (0: never)
 
     @property
     def id(self) -> int:

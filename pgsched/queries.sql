@@ -17,7 +17,7 @@ SELECT job_id FROM pgsched.enqueue_many(
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-       priority, tenant, created_at
+       priority, tenant, created_at, lease_expires_at
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
 -- name: heartbeat
@@ -82,11 +82,14 @@ WHERE s.available > 0 AND NOT s.paused
   AND NOT EXISTS (SELECT 1 FROM pgsched.workers_live w WHERE s.queue = ANY (w.queues) OR '*' = ANY (w.queues))
 ORDER BY s.queue;
 
--- name: known_queues
--- Queues pgsched knows of: configured, holding jobs, or named by a registered task.
-SELECT q.name FROM pgsched.queues q
-UNION SELECT t.queue FROM pgsched.tasks t
-UNION SELECT s.queue FROM pgsched.queue_stats s;
+-- name: is_known_queue
+-- Whether pgsched knows queue %(q)s: configured, holding jobs or recent
+-- history, named by a registered task or a schedule, or served by a live worker.
+SELECT EXISTS (SELECT 1 FROM pgsched.queues q WHERE q.name = %(q)s)
+    OR EXISTS (SELECT 1 FROM pgsched.tasks t WHERE t.queue = %(q)s)
+    OR EXISTS (SELECT 1 FROM pgsched.schedules s WHERE s.queue = %(q)s)
+    OR EXISTS (SELECT 1 FROM pgsched.workers_live w WHERE %(q)s = ANY (w.queues))
+    OR EXISTS (SELECT 1 FROM pgsched.queue_stats s WHERE s.queue = %(q)s) AS known;
 
 -- name: vacuum_candidates
 SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates(%s, %s);

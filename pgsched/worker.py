@@ -329,7 +329,7 @@ class Worker:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
-        self.metrics.count_claimed((job.queue, job.task) for job in jobs)
+        self.metrics.claimed_jobs(jobs, opts.lease)
         self._executor.submit_many(contexts)
         return len(jobs)
 
@@ -366,6 +366,8 @@ class Worker:
     # -- callbacks from other threads -------------------------------------
 
     def _on_done(self, ctx: JobContext, outcome: Outcome) -> None:
+        if ctx._started:
+            self.metrics.observe_run(ctx.queue, ctx.task, time.perf_counter() - ctx._started)
         if ctx.lease_lost and outcome.kind is not Kind.DISCARD:
             log.warning(
                 "job %s finished after its lease was lost; result discarded (token %s is stale)",
