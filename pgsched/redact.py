@@ -23,7 +23,7 @@ MASK: Final = "***"
 # The password of a URI (scheme://user:PASSWORD@host), of a key/value DSN
 # (password=PASSWORD or password='PASS WORD'), of a URI query (?password=...),
 # and the token psycopg quotes when percent-decoding fails.
-_URI_PASSWORD: Final = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)([^\s@]*)(@)")
+_URI_PASSWORD: Final = re.compile(r"(?i)((?:\b[a-z][a-z0-9+.-]*:)?//[^\s:/@]*:)([^\s@]*)(@)")
 _KV_PASSWORD: Final = re.compile(r"""(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]+)""")
 _BAD_TOKEN: Final = re.compile(r'(?i)(invalid percent-encoded token:\s*")([^"]*)(")')
 

@@ -21,7 +21,7 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.errors import PgschedError, from_psycopg
+from pgsched.errors import ConfigurationError, PgschedError, from_psycopg
 from pgsched.redact import RedactingFilter, redact, remember
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ class CliState:
         if self._resolved is None:
             from pgsched.settings import resolve_dsn
 
+            remember(self.dsn)
+            if self.dsn:
+                _check_dsn(self.dsn)
             self._resolved = resolve_dsn(self.dsn, migrate=migrate)
             remember(self._resolved)
         return self._resolved
@@ -60,6 +63,14 @@ class CliState:
                 yield conn
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
+
+
+def _check_dsn(dsn: str) -> None:
+    """Refuse a DSN libpq cannot parse now, with a redacted message, instead of retrying it for ever."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(redact(f"the DSN cannot be read: {str(exc).strip()}")) from None
 
 
 def state(ctx: click.Context) -> CliState:
@@ -103,9 +114,11 @@ class _JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         out.update({k: v for k, v in vars(record).items() if k not in self._SKIP})
-        if record.exc_info:
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        elif record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return redact(json.dumps(out, default=str))
 
 
 def configure_logging(level: str, fmt: str) -> None:
