@@ -55,6 +55,9 @@ def dashboard(ctx: click.Context, host: str, port: int, read_only: bool, allowed
     PGSCHED_DASHBOARD_PASSWORD are set. A request whose Host header is not an
     allowed host gets 400 (DNS rebinding cannot reach the dashboard).
     """
+    from pgsched.extras import require
+
+    require("dashboard")
     import uvicorn
 
     from pgsched.dashboard import create_app
