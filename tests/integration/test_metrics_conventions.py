@@ -180,3 +180,31 @@ def test_histograms_are_exact_from_many_threads_while_scraping() -> None:
     assert final["pgsched_job_duration_seconds_count"] == per_thread * threads
     assert final["pgsched_job_duration_seconds_bucket"] == per_thread * threads
     assert counts == sorted(counts), "a histogram count went backwards between scrapes"
+
+
+def test_docs_list_every_metric_and_the_dashboard_and_alerts_use_only_real_ones() -> None:
+    import json
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    exposed = {_exposed_name(name, kind) for name, kind in {**WORKER_TYPES, **QUEUE_TYPES}.items()}
+    listed = set(re.findall(r"^\| `(pgsched_[a-z_]+)` \|", (docs / "metrics.md").read_text(), flags=re.MULTILINE))
+    assert listed == exposed
+    known = exposed | {
+        f"{n}_{s}" for n, k in WORKER_TYPES.items() if k == "histogram" for s in ("bucket", "count", "sum")
+    }
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    alerts = (docs / "alerts.yml").read_text()
+    exprs += re.findall(r"^\s+expr: (.+)$", alerts, flags=re.MULTILINE)
+    assert len(re.findall(r"- alert: ", alerts)) >= 4
+    used = {name for expr in exprs for name in re.findall(r"\bpgsched_[a-z_]+", expr)}
+    assert used, "the dashboard and the alerts query pgsched metrics"
+    assert used <= known, f"not exposed: {used - known}"
+    for needed in ("pgsched_oldest_due_age_seconds", "pgsched_dead_letters", "pgsched_workers_live"):
+        assert needed in " ".join(re.findall(r"^\s+expr: (.+)$", alerts, flags=re.MULTILINE))
+    assert "pgsched_expired_leases" in alerts
+
+
+def _exposed_name(name: str, kind: str) -> str:
+    return f"{name}_total" if kind == "counter" else name
