@@ -69,6 +69,7 @@ class HostAllowList:
     same-origin with itself, so the Origin check alone cannot tell it from
     the dashboard; its requests carry the hostile name in Host, and stop here
     before any route runs. ``*`` allows every Host (behind a proxy that checks it).
+    /healthz stays open to probes that address the server by IP (it tells nothing about jobs).
     """
 
     def __init__(self, app: ASGIApp, *, hosts: Iterable[str]) -> None:
