@@ -55,12 +55,17 @@ JOB_BUCKETS: Final = (
 )  # fmt: skip
 
 # One row per queue that has jobs, recent finished work, a pgsched.queues row, or dead letters.
+# The dashboard's pages show every column; the metrics use the gauges only (windows and quantiles
+# are PromQL's to compute from the workers' counters and histograms).
 QUEUES_SQL: Final[LiteralString] = """
 SELECT coalesce(s.queue, d.queue) AS queue,
        coalesce(s.paused, false) AS paused,
        coalesce(s.scheduled, 0) AS scheduled, coalesce(s.available, 0) AS available,
        coalesce(s.running, 0) AS running, coalesce(s.retrying, 0) AS retrying,
        coalesce(s.lease_expired, 0) AS lease_expired, coalesce(s.oldest_due_age_s, 0) AS oldest_due_age_s,
+       coalesce(s.completed_5m, 0) AS completed_5m, coalesce(s.dead_5m, 0) AS dead_5m,
+       coalesce(s.cancelled_5m, 0) AS cancelled_5m, coalesce(s.completed_per_s, 0) AS completed_per_s,
+       s.lag_p50_s, s.lag_p95_s, s.lag_p99_s,
        coalesce(d.dead_letters, 0) AS dead_letters
 FROM pgsched.queue_stats s
 FULL JOIN (SELECT l.queue, pg_catalog.count(*) AS dead_letters FROM pgsched.dead_letters l GROUP BY l.queue) d
