@@ -13,7 +13,7 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/pip install --quiet -e '.[all,test,lint]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create the virtualenv (.venv) with pgsched and the test tools

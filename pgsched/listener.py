@@ -119,7 +119,7 @@ class Listener:
                 if note.channel == CANCEL_CHANNEL:
                     if self._on_cancel is not None and note.payload.isdigit():
                         self._on_cancel(int(note.payload))
-                elif note.payload in self._queues or not note.payload:
+                elif note.payload in self._queues or "*" in self._queues or not note.payload:
                     self._wake()
             if time.monotonic() - last_check > 10.0:
                 # A silent half-open connection raises here instead of waiting forever.

@@ -5,24 +5,32 @@ Two collectors, one per point of view:
 * ``QueueCollector`` asks PostgreSQL at every scrape (``pgsched.queue_stats``,
   ``pgsched.dead_letters``, ``pgsched.workers_live``) in one read-only
   snapshot, so the numbers are exact now, per queue, never a cached average.
-  Serve it once (``pgsched dashboard`` does, at ``/metrics``), not from every
-  worker: each worker would report the same database-wide numbers.
-* ``WorkerMetrics`` counts what one worker process did. Counting a job takes
-  no lock: each thread adds to its own tally, and a scrape sums the tallies.
+  They are gauges only (depth, oldest due age, dead letters, expired leases):
+  what the database holds now. Serve them once (``pgsched dashboard`` at
+  ``/metrics``, or ``pgsched scanner --metrics-port``), not from every worker.
+* ``WorkerMetrics`` counts what one worker process did: counters
+  (``pgsched_jobs_finished_total``) and histograms (run time, start lag) that
+  only grow while the process lives, so ``rate()`` and
+  ``histogram_quantile()`` over ``sum by (queue)`` of every worker are right
+  across scrapes, restarts included (a restart is a counter reset, which
+  PromQL handles). History rows cannot serve as counters: retention drops
+  them. Counting a job takes no lock: each thread adds to its own tally, and
+  a scrape sums the tallies.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 import psycopg
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
@@ -31,16 +39,24 @@ from psycopg_pool import ConnectionPool
 
 from pgsched.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from pgsched.job import ClaimedJob
+
 log = logging.getLogger(__name__)
 
 ACTIVE_STATES: Final = ("scheduled", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")
-LAG_QUANTILES: Final = (("0.5", "lag_p50_s"), ("0.95", "lag_p95_s"), ("0.99", "lag_p99_s"))
 # What became of a job a worker ran: the label values of pgsched_worker_jobs_total{outcome}.
 OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost")
 CLAIM_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Seconds, for handler run time and start lag: milliseconds to an hour.
+JOB_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+)  # fmt: skip
 
 # One row per queue that has jobs, recent finished work, a pgsched.queues row, or dead letters.
+# The dashboard's pages show every column; the metrics use the gauges only (windows and quantiles
+# are PromQL's to compute from the workers' counters and histograms).
 QUEUES_SQL: Final[LiteralString] = """
 SELECT coalesce(s.queue, d.queue) AS queue,
        coalesce(s.paused, false) AS paused,
@@ -105,21 +121,11 @@ def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
     oldest = GaugeMetricFamily(
         "pgsched_oldest_due_age_seconds", "How long the oldest due, unclaimed job has waited (0: none).", labels=q
     )
-    lag = GaugeMetricFamily(
-        "pgsched_start_lag_seconds",
-        "Start lag (started - due) quantiles of jobs finished in the last 5 minutes (NaN: none).",
-        labels=["queue", "quantile"],
-    )
     retrying = GaugeMetricFamily("pgsched_retrying_jobs", "Jobs waiting to run again after a failed attempt.", labels=q)
     expired = GaugeMetricFamily(
         "pgsched_expired_leases", "Running jobs whose lease ran out and that nobody took back yet.", labels=q
     )
     dead = GaugeMetricFamily("pgsched_dead_letters", "Dead jobs awaiting a decision (pgsched.dead_letters).", labels=q)
-    finished = GaugeMetricFamily(
-        "pgsched_finished_jobs_5m",
-        "Jobs finished in the last 5 minutes, per queue and terminal state.",
-        labels=["queue", "state"],
-    )
     paused = GaugeMetricFamily("pgsched_queue_paused", "1 if the queue is paused (no claims), else 0.", labels=q)
     workers = GaugeMetricFamily("pgsched_workers_live", "Workers that reported within the last minute.")
     workers.add_metric([], snap.workers_live)
@@ -128,16 +134,12 @@ def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
         for state in ACTIVE_STATES:
             jobs.add_metric([name, state], row[state])
         jobs.add_metric([name, "claimed"], row["claimed"])
-        for state in FINISHED_STATES:
-            finished.add_metric([name, state], row[f"{state}_5m"])
-        for quantile, column in LAG_QUANTILES:
-            lag.add_metric([name, quantile], _number(row[column]))
         oldest.add_metric([name], _number(row["oldest_due_age_s"]))
         retrying.add_metric([name], row["retrying"])
         expired.add_metric([name], row["lease_expired"])
         dead.add_metric([name], row["dead_letters"])
         paused.add_metric([name], 1 if row["paused"] else 0)
-    return [up, jobs, oldest, lag, retrying, expired, dead, finished, paused, workers]
+    return [up, jobs, oldest, retrying, expired, dead, paused, workers]
 
 
 class QueueCollector(Collector):
@@ -193,6 +195,8 @@ class WorkerMetrics(Collector):
         self._local = threading.local()
         self._tallies: list[dict[tuple[str, str, str], int]] = []
         self._claims: list[dict[tuple[str, str], int]] = []
+        self._durations: list[dict[tuple[str, str], list[float]]] = []
+        self._lags: list[dict[tuple[str, str], list[float]]] = []
         self._new_thread = threading.Lock()
 
     def _tally(self) -> dict[tuple[str, str, str], int]:
@@ -221,6 +225,28 @@ class WorkerMetrics(Collector):
         for key in batch:
             claims[key] = claims.get(key, 0) + 1
 
+    def claimed_jobs(self, jobs: Sequence[ClaimedJob], lease: float) -> None:
+        """Count a claimed batch and observe each job's start lag: claimed - due, both the database's clock."""
+        self.count_claimed((job.queue, job.task) for job in jobs)
+        lags = self._histogram("lags", self._lags)
+        for job in jobs:
+            if job.lease_expires_at is not None:
+                lag = (job.lease_expires_at - job.run_at).total_seconds() - lease
+                _observe(lags, (job.queue, job.task), max(0.0, lag))
+
+    def observe_run(self, queue: str, task: str, seconds: float) -> None:
+        """Observe one handler run of (queue, task) that took seconds."""
+        _observe(self._histogram("durations", self._durations), (queue, task), seconds)
+
+    def _histogram(self, name: str, tallies: list[dict[tuple[str, str], list[float]]]) -> dict[Any, list[float]]:
+        tally: dict[tuple[str, str], list[float]] | None = getattr(self._local, name, None)
+        if tally is None:
+            tally = {}
+            with self._new_thread:
+                tallies.append(tally)
+            setattr(self._local, name, tally)
+        return tally
+
     def totals(self) -> dict[tuple[str, str, str], int]:
         """Jobs per (queue, task, outcome), summed over threads."""
         return _sum_tallies(self._tallies, self._new_thread)
@@ -234,10 +260,30 @@ class WorkerMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._families(self.totals(), self.claimed(), self.running())
+        yield _histogram_family(
+            "pgsched_job_duration_seconds",
+            "Handler run time of the jobs this worker ran, by queue and task, in seconds.",
+            _sum_histograms(self._durations, self._new_thread),
+        )
+        yield _histogram_family(
+            "pgsched_job_start_lag_seconds",
+            "Start lag (claimed - due, the database's clock) of the jobs this worker claimed, by queue and task, "
+            "in seconds.",
+            _sum_histograms(self._lags, self._new_thread),
+        )
 
     def _families(
         self, totals: dict[tuple[str, str, str], int], claimed: dict[tuple[str, str], int], running: int
     ) -> Iterator[Metric]:
+        finished = CounterMetricFamily(
+            "pgsched_jobs_finished",
+            "Jobs this worker finished, by queue, task and terminal state (completed, dead, cancelled).",
+            labels=["queue", "task", "state"],
+        )
+        for (queue, task, outcome), n in sorted(totals.items()):
+            if outcome in FINISHED_STATES:
+                finished.add_metric([queue, task, outcome], n)
+        yield finished
         jobs = CounterMetricFamily(
             "pgsched_worker_jobs",
             "Jobs this worker ran, by queue, task and outcome (" + ", ".join(OUTCOMES) + ").",
@@ -262,6 +308,42 @@ class WorkerMetrics(Collector):
         yield from self.claim_seconds.collect()
 
 
+def _observe(tally: dict[tuple[str, str], list[float]], key: tuple[str, str], value: float) -> None:
+    # One count per bucket (not cumulative) and +Inf, then the sum: one list per key, owned by this thread.
+    counts = tally.get(key)
+    if counts is None:
+        counts = tally[key] = [0.0] * (len(JOB_BUCKETS) + 2)
+    counts[bisect.bisect_left(JOB_BUCKETS, value)] += 1
+    counts[-1] += value
+
+
+def _sum_histograms(
+    tallies: list[dict[tuple[str, str], list[float]]], lock: threading.Lock
+) -> dict[tuple[str, str], list[float]]:
+    with lock:
+        snapshot = list(tallies)
+    out: dict[tuple[str, str], list[float]] = {}
+    for tally in snapshot:
+        for key, counts in tally.copy().items():
+            row = counts.copy()  # list.copy is atomic under the GIL
+            total = out.setdefault(key, [0.0] * len(row))
+            for i, n in enumerate(row):
+                total[i] += n
+    return out
+
+
+def _histogram_family(name: str, doc: str, data: dict[tuple[str, str], list[float]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=["queue", "task"])
+    for (queue, task), counts in sorted(data.items()):
+        cumulative = 0.0
+        buckets: list[tuple[str, float]] = []
+        for bound, n in zip((*JOB_BUCKETS, math.inf), counts[:-1], strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if bound == math.inf else repr(float(bound)), cumulative))
+        family.add_metric([queue, task], buckets, counts[-1])
+    return family
+
+
 def _sum_tallies(tallies: list[dict[Any, int]], lock: threading.Lock) -> dict[Any, int]:
     with lock:
         snapshot = list(tallies)
@@ -277,7 +359,7 @@ class MetricsServer:
     """prometheus_client's HTTP server in a daemon thread, serving one registry."""
 
     registry: CollectorRegistry
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 0
     _server: Any = None
     _thread: threading.Thread | None = None
@@ -291,6 +373,12 @@ class MetricsServer:
         self.port = int(self._server.server_port)
         return self.port
 
+    @property
+    def url(self) -> str:
+        """http://HOST:PORT of the server (IPv6 addresses in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -301,10 +389,11 @@ class MetricsServer:
             self._thread = None
 
 
-def worker_registry(metrics: WorkerMetrics) -> CollectorRegistry:
-    """A registry with the worker's counters and the standard process and platform metrics."""
+def worker_registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry with these collectors (a worker's counters, queue gauges) and the process and platform metrics."""
     registry = CollectorRegistry()
-    registry.register(metrics)
+    for collector in collectors:
+        registry.register(collector)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

@@ -6,6 +6,14 @@ import os
 
 from pgsched.errors import ConfigurationError
 
+# DSNs that resolve_dsn fell back to (the embedded server), so that a worker can say so.
+_embedded_fallbacks: set[str] = set()
+
+
+def is_embedded_fallback(dsn: str) -> bool:
+    """True when dsn is the embedded server resolve_dsn started because no database was configured."""
+    return dsn in _embedded_fallbacks
+
 
 def configured_dsn() -> str | None:
     """The DSN from the environment (PGSCHED_DSN, then DATABASE_URL), or None."""
@@ -26,6 +34,7 @@ def resolve_dsn(dsn: str | None = None, *, embedded: bool = True, migrate: bool 
     from pgsched.embedded import EmbeddedServer
 
     url = EmbeddedServer().start()
+    _embedded_fallbacks.add(url)
     if migrate:
         from pgsched.schema import ensure_installed
 

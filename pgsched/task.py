@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -212,6 +213,7 @@ class Task(Generic[P, R]):
         kwargs = dict(ctx.args)
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
+        ctx._started = time.perf_counter()
         return self.fn(**kwargs)  # type: ignore[call-arg]
 
 

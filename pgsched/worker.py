@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -37,12 +38,16 @@ from pgsched.job import ClaimedJob, JobContext
 from pgsched.listener import Listener
 from pgsched.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.outcome import Kind, Outcome
+from pgsched.redact import describe
+from pgsched.routing import ClaimQueues, warn_unserved
+from pgsched.settings import is_embedded_fallback
 from pgsched.starter import Starter
 from pgsched.vacuumer import Vacuumer
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
+UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live worker serves
 
 
 @dataclass(kw_only=True)
@@ -69,6 +74,7 @@ class WorkerOptions:
     max_claim: int = 1000
     check_schema: bool = True
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
+    metrics_host: str = "127.0.0.1"  # the address metrics_port listens on (0.0.0.0: every interface)
     stats: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -112,6 +118,8 @@ class Worker:
         self._giving_up = threading.Event()  # stop retrying connections
         self._forced = False
         self._shard_cursor = random.randrange(1024)
+        self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
+        self._next_unserved_check = 0.0
         self.counts = {"claimed": 0, "completed": 0, "failed": 0, "snoozed": 0, "dead": 0, "lost": 0, "cancelled": 0}
         self._executor = Executor(self.options.concurrency, self.app.tasks.get, self._on_done)
         self._completer: Completer | None = None
@@ -213,12 +221,19 @@ class Worker:
         self._completer.start()
         self._heartbeater.start()
         log.info(
-            "worker %s started: queues=%s concurrency=%d lease=%.0fs",
+            "worker %s started on %s: queues=%s concurrency=%d lease=%.0fs",
             self.name,
+            describe(dsn),
             ",".join(opts.queues),
             opts.concurrency,
             opts.lease,
         )
+        if is_embedded_fallback(dsn) and not sys.stdin.isatty():
+            log.warning(
+                "NO DATABASE CONFIGURED: this worker runs outside a terminal on the embedded PostgreSQL of this "
+                "machine (%s); jobs enqueued into any other database never reach it. Set PGSCHED_DSN or pass --dsn.",
+                describe(dsn),
+            )
         try:
             self._claim_loop()
         finally:
@@ -228,14 +243,16 @@ class Worker:
     def _start_metrics(self) -> None:
         if self.options.metrics_port is None:
             return
-        self._metrics_server = MetricsServer(worker_registry(self.metrics), port=self.options.metrics_port)
+        self._metrics_server = MetricsServer(
+            worker_registry(self.metrics), host=self.options.metrics_host, port=self.options.metrics_port
+        )
         try:
-            port = self._metrics_server.start()
+            self._metrics_server.start()
         except Exception:
             if self._claim_db is not None:
                 self._claim_db.close()
             raise
-        log.info("worker %s: Prometheus metrics on port %d at /metrics", self.name, port)
+        log.info("worker %s: Prometheus metrics at %s/metrics", self.name, self._metrics_server.url)
 
     @property
     def metrics_port(self) -> int | None:
@@ -309,9 +326,10 @@ class Worker:
         # claim's own round trip (pgsched.start(), fenced); the others when a
         # slot takes them (the starter).
         at_once = min(n, self._executor.free_slots())
-        claim_args = (self.name, list(opts.queues), n, timedelta(seconds=opts.lease), list(opts.labels), start_shard)
 
         def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None]]:
+            names = self._queues.current(conn)
+            claim_args = (self.name, names, n, timedelta(seconds=opts.lease), list(opts.labels), start_shard)
             if not at_once:
                 with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
                     return [(job, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
@@ -322,6 +340,7 @@ class Worker:
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
         self.metrics.claim_seconds.observe(time.perf_counter() - started)
+        self._queues.claimed(n, len(jobs))
         if not jobs:
             return 0
         contexts = [_context(job, self.name, outcome) for job, outcome in jobs]
@@ -329,7 +348,7 @@ class Worker:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
-        self.metrics.count_claimed((ctx.queue, ctx.task) for ctx in contexts)
+        self.metrics.claimed_jobs([job for job, _ in jobs], opts.lease)
         self._executor.submit_many(contexts)
         return len(jobs)
 
@@ -342,9 +361,12 @@ class Worker:
 
     def _housekeeping(self) -> None:
         """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
+        now = time.monotonic()
+        if now >= self._next_unserved_check and self._claim_db is not None:
+            self._next_unserved_check = now + UNSERVED_CHECK_INTERVAL
+            warn_unserved(self._claim_db.get(), self.name)
         if not self.options.housekeeping:
             return
-        now = time.monotonic()
         if now < self._next_housekeeping:
             return
         assert self._claim_db is not None
@@ -366,6 +388,8 @@ class Worker:
     # -- callbacks from other threads -------------------------------------
 
     def _on_done(self, ctx: JobContext, outcome: Outcome) -> None:
+        if ctx._started:
+            self.metrics.observe_run(ctx.queue, ctx.task, time.perf_counter() - ctx._started)
         if ctx.lease_lost and outcome.kind is not Kind.DISCARD:
             log.warning(
                 "job %s finished after its lease was lost; result discarded (token %s is stale)",

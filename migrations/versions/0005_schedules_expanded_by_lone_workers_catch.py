@@ -12,7 +12,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0005"
-down_revision = '0004'
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

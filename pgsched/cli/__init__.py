@@ -9,6 +9,7 @@ import sys
 import click
 
 from pgsched.cli.common import CliState, configure_logging
+from pgsched.redact import remember
 
 COMMAND_MODULES = (
     "schema",
@@ -50,6 +51,7 @@ COMMAND_MODULES = (
 def main(ctx: click.Context, dsn: str | None, log_level: str, log_format: str) -> None:
     """pgsched: jobs and schedules, with PostgreSQL as the scheduler."""
     configure_logging(log_level, log_format)
+    remember(dsn)
     ctx.obj = CliState(dsn=dsn)
 
 

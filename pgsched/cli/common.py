@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from functools import wraps
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.errors import PgschedError, from_psycopg
+from pgsched.errors import ConfigurationError, PgschedError, from_psycopg
+from pgsched.redact import RedactingFilter, redact, remember
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,7 +49,11 @@ class CliState:
         if self._resolved is None:
             from pgsched.settings import resolve_dsn
 
+            remember(self.dsn)
+            if self.dsn:
+                _check_dsn(self.dsn)
             self._resolved = resolve_dsn(self.dsn, migrate=migrate)
+            remember(self._resolved)
         return self._resolved
 
     @contextmanager
@@ -57,6 +63,14 @@ class CliState:
                 yield conn
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
+
+
+def _check_dsn(dsn: str) -> None:
+    """Refuse a DSN libpq cannot parse now, with a redacted message, instead of retrying it for ever."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(redact(f"the DSN cannot be read: {str(exc).strip()}")) from None
 
 
 def state(ctx: click.Context) -> CliState:
@@ -77,13 +91,13 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except SchemaError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(redact(f"error: {exc}"), err=True)
             sys.exit(EXIT_SCHEMA)
         except PgschedError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(redact(f"error: {exc}"), err=True)
             sys.exit(EXIT_FAILURE)
         except psycopg.Error as exc:
-            click.echo(f"error: {from_psycopg(exc)}", err=True)
+            click.echo(redact(f"error: {from_psycopg(exc)}"), err=True)
             sys.exit(EXIT_FAILURE)
 
     return wrapper
@@ -100,9 +114,11 @@ class _JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         out.update({k: v for k, v in vars(record).items() if k not in self._SKIP})
-        if record.exc_info:
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        elif record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return redact(json.dumps(out, default=str))
 
 
 def configure_logging(level: str, fmt: str) -> None:
@@ -111,6 +127,7 @@ def configure_logging(level: str, fmt: str) -> None:
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())  # no DSN password in any log line
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -118,6 +135,14 @@ def configure_logging(level: str, fmt: str) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     # The embedded server's socket directory falls back to /tmp by itself; nothing for the user to do.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    sys.excepthook = _redacted_excepthook
+
+
+def _redacted_excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """An unexpected traceback, printed without DSN passwords."""
+    import traceback
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
 
 
 def to_jsonable(value: Any) -> Any:
@@ -192,7 +217,7 @@ def emit_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, title:
 
 def fail(message: str) -> NoReturn:
     """Report one clear line on stderr and exit 1 (for input refused before the database sees it)."""
-    click.echo(f"error: {message}", err=True)
+    click.echo(redact(f"error: {message}"), err=True)
     sys.exit(EXIT_FAILURE)
 
 

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from pgsched.cli.common import EXIT_FAILURE, emit_json, handle_errors, state
+from pgsched.redact import redact
 
 if TYPE_CHECKING:
     from pgsched.demo import Snapshot, Summary
@@ -64,10 +65,10 @@ def _fmt_s(value: float | None) -> str:
 
 
 def _print_summary(console: Console, summary: Summary) -> None:
-    table = Table(title=f"demo run {summary.run}", header_style="bold", title_justify="left")
-    table.add_column("")
-    table.add_column("", justify="right")
-    table.add_column("", style="dim")
+    table = Table(title=f"demo run {summary.run}", show_header=False, title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("note", style="dim")
     table.add_row("jobs", f"{summary.total}", "")
     table.add_row("completed", f"{summary.completed}", "")
     table.add_row(
@@ -78,8 +79,13 @@ def _print_summary(console: Console, summary: Summary) -> None:
     )
     table.add_row("dead", f"{summary.dead}", f"expected {summary.expected_dead} (demo.always_fails, 3 attempts)")
     table.add_row("throughput", f"{summary.throughput_per_s:.0f} jobs/s", f"peak {summary.peak_per_s} in one second")
-    table.add_row("start lag p50", _fmt_s(summary.lag_p50_s), "started_at - run_at, from pgsched.job_history")
-    table.add_row("start lag p99", _fmt_s(summary.lag_p99_s), "")
+    table.add_row(
+        "start lag p50",
+        _fmt_s(summary.lag_p50_s),
+        f"started_at - run_at, from pgsched.job_history; includes the initial backlog (all {summary.total} jobs "
+        "are due at once, so most wait for a free slot)",
+    )
+    table.add_row("start lag p99", _fmt_s(summary.lag_p99_s), "the same, including the initial backlog")
     table.add_row("run time", _fmt_s(summary.run_s), "first enqueue to last finish (database clock)")
     table.add_row("wall time", _fmt_s(summary.wall_s), "the whole command, server start included")
     console.print(table)
@@ -247,8 +253,9 @@ def demo(
         _print_summary(console, summary)
         parent = ctx.parent
         from_flag = parent is not None and parent.get_parameter_source("dsn") is ParameterSource.COMMANDLINE
-        pgsched_cmd = f"pgsched --dsn '{dsn}'" if from_flag else "pgsched"
-        _print_look_inside(console, dsn, pgsched_cmd, summary.run, embedded)
+        shown = dsn if embedded else redact(dsn)  # the embedded server's DSN has no password
+        pgsched_cmd = f"pgsched --dsn '{shown}'" if from_flag else "pgsched"
+        _print_look_inside(console, shown, pgsched_cmd, summary.run, embedded)
     if not summary.ok:
         sys.exit(EXIT_FAILURE)
 

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.cli.common import duration_callback, emit_json, emit_table, handle_errors, state
+from pgsched.redact import describe, redact
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -69,7 +70,7 @@ def check_listen(dsn: str, timeout: float = 2.0) -> Check:
                     if note.channel == channel:
                         return Check("listen/notify", OK, "a NOTIFY from another session arrived")
     except psycopg.Error as exc:
-        return Check("listen/notify", WARN, f"LISTEN failed: {exc}; workers poll instead")
+        return Check("listen/notify", WARN, redact(f"LISTEN failed: {exc}; workers poll instead"))
     return Check(
         "listen/notify",
         WARN,
@@ -312,7 +313,7 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
     try:
         conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10)
     except psycopg.Error as exc:
-        return [Check("connection", FAIL, str(exc).strip())]
+        return [Check("connection", FAIL, redact(f"{describe(dsn)}: {str(exc).strip()}"))]
     with conn:
         checks = [check_connection(conn), check_schema(conn)]
         if checks[-1].status == FAIL:

@@ -17,12 +17,14 @@ from pgsched.cli.common import (
     console,
     emit_json,
     emit_table,
+    fail,
     handle_errors,
     parse_duration,
     state,
     to_jsonable,
 )
 from pgsched.errors import PgschedError
+from pgsched.redact import redact
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -259,7 +261,7 @@ def _snapshots(cli: CliState, interval: float, since: timedelta | None) -> Itera
                     yield snapshot(conn, since)
                     time.sleep(interval)
         except PgschedError as exc:
-            yield f"error: {exc} (retrying every {interval:g}s)"
+            yield redact(f"error: {exc} (retrying every {interval:g}s)")
             time.sleep(interval)
 
 
@@ -340,14 +342,25 @@ def list_queues(ctx: click.Context, as_json: bool) -> None:
 @queues.command("pause")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the queue's state as JSON.")
+@click.option("--force", is_flag=True, help="Pause NAME even if pgsched knows no such queue (yet).")
 @click.pass_context
 @handle_errors
-def pause_queue(ctx: click.Context, name: str, as_json: bool) -> None:
+def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> None:
     """Stop workers claiming jobs of queue NAME (enqueues still work) until it is resumed.
 
     Takes effect at each worker's next claim; running jobs finish normally.
+    A name no job, task, schedule, worker or queue setting uses is refused
+    (a typo would pause nothing) unless --force is given.
     """
+    from pgsched import queries
+
     with state(ctx).connect() as conn:
+        row = conn.execute(queries.IS_KNOWN_QUEUE, {"q": name}).fetchone()
+        if not force and not (row and row["known"]):
+            fail(
+                f"no queue named {name!r}: no job, task, schedule, live worker or queue setting uses it "
+                "(`pgsched queues list` shows them; --force pauses it anyway)"
+            )
         conn.execute(PAUSE, [name])
     if as_json:
         emit_json({"queue": name, "paused": True})

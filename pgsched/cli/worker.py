@@ -2,96 +2,146 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from pgsched.cli.common import handle_errors, state
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from pgsched.worker import WorkerOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger(__name__)
 
 
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-@click.command()
-@click.option(
-    "--app",
-    "app_ref",
-    required=True,
-    envvar="PGSCHED_APP",
-    help="Where your tasks are registered: MODULE:ATTRIBUTE of a pgsched.App.",
+class MetricsAddress(click.ParamType):  # type: ignore[type-arg,unused-ignore]
+    """[HOST:]PORT for --metrics-port: a bare port listens on 127.0.0.1 only."""
+
+    name = "[HOST:]PORT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return (str(value[0]), int(value[1]))
+        text = str(value).strip()
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            host = DEFAULT_METRICS_HOST
+        host = host.strip("[]")
+        if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
+            self.fail(f"{text!r} is not PORT or HOST:PORT (e.g. 9100, 0.0.0.0:9100, [::]:9100)", param, ctx)
+        return host, int(port)
+
+
+DEFAULT_METRICS_HOST = "127.0.0.1"
+METRICS_HELP = (
+    "Serve Prometheus metrics at http://HOST:PORT/metrics; a bare PORT listens on 127.0.0.1 only, "
+    "0.0.0.0:PORT (or [::]:PORT) on every interface."
 )
-@click.option("--queues", "-q", default="default", show_default=True, help="Comma-separated queues to serve.")
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(1, 10000),
-    default=10,
-    show_default=True,
-    help="Jobs run at once (threads for sync handlers; async handlers share the same slots).",
-)
-@click.option(
-    "--prefetch",
-    type=click.IntRange(0, 100000),
-    default=None,
-    help="Jobs leased ahead of free slots [default: = concurrency].",
-)
-@click.option(
-    "--lease",
-    type=click.FloatRange(1, None),
-    default=30.0,
-    show_default=True,
-    help="Lease length in seconds; heartbeats renew it every lease/3.",
-)
-@click.option(
-    "--poll-interval",
-    type=click.FloatRange(0.01, None),
-    default=1.0,
-    show_default=True,
-    help="Seconds between polls when no NOTIFY arrives.",
-)
-@click.option(
-    "--shutdown-timeout",
-    type=click.FloatRange(0, None),
-    default=30.0,
-    show_default=True,
-    help="On SIGTERM/SIGINT: seconds to let running jobs finish before handing them back.",
-)
-@click.option("--labels", default="", help="Comma-separated labels this worker offers (jobs may require labels).")
-@click.option("--name", default=None, help="Worker name [default: host:pid:random].")
-@click.option("--burst", is_flag=True, help="Exit 0 once no due work is left.")
-@click.option(
-    "--no-listen",
-    is_flag=True,
-    help="Do not LISTEN (e.g. behind PgBouncer transaction pooling): poll for work, and every 0.5 s for cancels.",
-)
-@click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
-@click.option(
-    "--no-housekeeping",
-    is_flag=True,
-    help="Leave promoting due jobs, expiring dead leases and vacuuming pgsched.jobs to scanners.",
-)
-@click.option(
-    "--vacuum-interval",
-    type=click.FloatRange(0, None),
-    default=5.0,
-    show_default=True,
-    help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows, and "
-    "ANALYZE those whose size changed a lot (needs the tables' owner, or MAINTAIN on PostgreSQL 17+; "
-    "0: leave it to autovacuum).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    metavar="PORT",
-    help="Serve this worker's Prometheus metrics at http://0.0.0.0:PORT/metrics (queue-wide gauges: dashboard).",
-)
-@click.pass_context
-@handle_errors
-def worker(
-    ctx: click.Context,
-    app_ref: str,
+
+
+def worker_options(fn: F) -> F:
+    """The options `pgsched worker` and `pgsched run` share."""
+    options = [
+        click.option(
+            "--app",
+            "app_ref",
+            required=True,
+            envvar="PGSCHED_APP",
+            help="Where your tasks are registered: MODULE:ATTRIBUTE of a pgsched.App.",
+        ),
+        click.option(
+            "--queues",
+            "-q",
+            default="default",
+            show_default=True,
+            help="Comma-separated queues to serve; '*' serves every queue, also those that appear later.",
+        ),
+        click.option(
+            "--concurrency",
+            "-c",
+            type=click.IntRange(1, 10000),
+            default=10,
+            show_default=True,
+            help="Jobs run at once (threads for sync handlers; async handlers share the same slots).",
+        ),
+        click.option(
+            "--prefetch",
+            type=click.IntRange(0, 100000),
+            default=None,
+            help="Jobs leased ahead of free slots [default: = concurrency].",
+        ),
+        click.option(
+            "--lease",
+            type=click.FloatRange(1, None),
+            default=30.0,
+            show_default=True,
+            help="Lease length in seconds; heartbeats renew it every lease/3.",
+        ),
+        click.option(
+            "--poll-interval",
+            type=click.FloatRange(0.01, None),
+            default=1.0,
+            show_default=True,
+            help="Seconds between polls when no NOTIFY arrives.",
+        ),
+        click.option(
+            "--shutdown-timeout",
+            type=click.FloatRange(0, None),
+            default=30.0,
+            show_default=True,
+            help="On SIGTERM/SIGINT: seconds to let running jobs finish before handing them back.",
+        ),
+        click.option(
+            "--labels", default="", help="Comma-separated labels this worker offers (jobs may require labels)."
+        ),
+        click.option("--name", default=None, help="Worker name [default: host:pid:random]."),
+        click.option("--burst", is_flag=True, help="Exit 0 once no due work is left."),
+        click.option(
+            "--no-listen",
+            is_flag=True,
+            help="Do not LISTEN (e.g. behind PgBouncer transaction pooling): poll for work, every 0.5 s for cancels.",
+        ),
+        click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21)."),
+        click.option(
+            "--no-housekeeping",
+            is_flag=True,
+            help="Leave promoting due jobs, expiring dead leases and vacuuming pgsched.jobs to scanners.",
+        ),
+        click.option(
+            "--vacuum-interval",
+            type=click.FloatRange(0, None),
+            default=5.0,
+            show_default=True,
+            help="Every this many seconds, VACUUM the partitions of pgsched.jobs that have piled up dead rows, "
+            "and ANALYZE those whose size changed a lot (needs the tables' owner, or MAINTAIN on PostgreSQL 17+; "
+            "0: leave it to autovacuum).",
+        ),
+        click.option(
+            "--metrics-port",
+            "metrics",
+            type=MetricsAddress(),
+            default=None,
+            help=METRICS_HELP + " The worker's own counters and histograms (queue-wide gauges: scanner, dashboard).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _worker_options(
+    *,
     queues: str,
     concurrency: int,
     prefetch: int | None,
@@ -105,21 +155,12 @@ def worker(
     no_prepare: bool,
     no_housekeeping: bool,
     vacuum_interval: float,
-    metrics_port: int | None,
-) -> None:
-    """Run a worker: claim due jobs of QUEUES and run their handlers.
+    metrics: tuple[str, int] | None,
+    **_: Any,
+) -> WorkerOptions:
+    from pgsched.worker import WorkerOptions
 
-    \b
-    Signals: SIGTERM or SIGINT stops claiming, lets running jobs finish for
-    --shutdown-timeout seconds, then asks the rest to stop and hands them
-    back to the queue. A second signal hands everything back at once.
-    """
-    from pgsched.loader import load_app
-    from pgsched.worker import Worker, WorkerOptions
-
-    app = load_app(app_ref)
-    app.configure(state(ctx).resolve())
-    options = WorkerOptions(
+    return WorkerOptions(
         queues=_split(queues),
         concurrency=concurrency,
         prefetch=prefetch,
@@ -133,9 +174,29 @@ def worker(
         prepare=not no_prepare,
         housekeeping=not no_housekeeping,
         vacuum_interval=vacuum_interval,
-        metrics_port=metrics_port,
+        metrics_port=None if metrics is None else metrics[1],
+        metrics_host=DEFAULT_METRICS_HOST if metrics is None else metrics[0],
     )
-    sys.exit(Worker(app, options).run())
+
+
+@click.command()
+@worker_options
+@click.pass_context
+@handle_errors
+def worker(ctx: click.Context, /, app_ref: str, **options: Any) -> None:
+    """Run a worker: claim due jobs of QUEUES and run their handlers.
+
+    \b
+    Signals: SIGTERM or SIGINT stops claiming, lets running jobs finish for
+    --shutdown-timeout seconds, then asks the rest to stop and hands them
+    back to the queue. A second signal hands everything back at once.
+    """
+    from pgsched.loader import load_app
+    from pgsched.worker import Worker
+
+    app = load_app(app_ref)
+    app.configure(state(ctx).resolve())
+    sys.exit(Worker(app, _worker_options(**options)).run())
 
 
 @click.command()
@@ -154,6 +215,14 @@ def worker(
     help="Shard lease in seconds: a dead scanner's shards are taken over after this.",
 )
 @click.option("--name", default=None, help="Scanner name [default: scanner:host:pid:random].")
+@click.option(
+    "--metrics-port",
+    "metrics",
+    type=MetricsAddress(),
+    default=None,
+    help=METRICS_HELP + " The queue-wide gauges read from the database at each scrape (depth, oldest due age, "
+    "dead letters, expired leases, live workers).",
+)
 @click.option("--no-listen", is_flag=True, help="Do not LISTEN for new scheduled jobs (poll every second).")
 @click.option("--no-prepare", is_flag=True, help="No server-side prepared statements (PgBouncer < 1.21).")
 @click.option(
@@ -172,6 +241,7 @@ def scanner(
     app_ref: str | None,
     lease: float,
     name: str | None,
+    metrics: tuple[str, int] | None,
     no_listen: bool,
     no_prepare: bool,
     vacuum_interval: float,
@@ -197,46 +267,86 @@ def scanner(
     options = ScannerOptions(
         name=name, lease=lease, listen=not no_listen, prepare=not no_prepare, vacuum_interval=vacuum_interval
     )
-    sys.exit(Scanner(dsn, options).run())
+    with _queue_metrics(dsn, metrics):
+        code = Scanner(dsn, options).run()
+    sys.exit(code)
 
 
 @click.command()
+@worker_options
 @click.option(
-    "--app",
-    "app_ref",
-    required=True,
-    envvar="PGSCHED_APP",
-    help="Where your tasks are registered: MODULE:ATTRIBUTE of a pgsched.App.",
+    "--scanner-lease",
+    type=click.FloatRange(1, None),
+    default=10.0,
+    show_default=True,
+    help="The scanner's shard lease in seconds (see `pgsched scanner --lease`).",
 )
-@click.option("--queues", "-q", default="default", show_default=True, help="Comma-separated queues to serve.")
-@click.option("--concurrency", "-c", type=click.IntRange(1, 10000), default=10, show_default=True)
-@click.option("--shutdown-timeout", type=click.FloatRange(0, None), default=30.0, show_default=True)
 @click.pass_context
 @handle_errors
-def run(ctx: click.Context, app_ref: str, queues: str, concurrency: int, shutdown_timeout: float) -> None:
-    """Run a worker and a scanner in one process (for small deployments)."""
+def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, **options: Any) -> None:
+    """Run a worker and a scanner in one process (for small deployments).
+
+    Takes every option of `pgsched worker`; --metrics-port serves the worker's
+    metrics and the queue-wide gauges together.
+    """
     import threading
 
     from pgsched.loader import load_app
     from pgsched.scanner import Scanner, ScannerOptions
-    from pgsched.worker import Worker, WorkerOptions
+    from pgsched.worker import Worker
 
     dsn = state(ctx).resolve()
     app = load_app(app_ref)
     app.configure(dsn)
+    worker_opts = _worker_options(**options)
+    metrics = None if worker_opts.metrics_port is None else (worker_opts.metrics_host, worker_opts.metrics_port)
+    worker_opts.metrics_port = None  # served below, with the queue gauges
     # The worker vacuums; one vacuum thread per process is enough.
-    scan = Scanner(dsn, ScannerOptions(install_signal_handlers=False, vacuum_interval=0))
-    thread = threading.Thread(target=scan.run, name="pgsched-scanner", daemon=True)
-    thread.start()
-    try:
-        code = Worker(
-            app,
-            WorkerOptions(queues=_split(queues), concurrency=concurrency, shutdown_timeout=shutdown_timeout),
-        ).run()
-    finally:
-        scan.stop()
-        thread.join(timeout=10)
+    scan = Scanner(
+        dsn,
+        ScannerOptions(
+            install_signal_handlers=False,
+            vacuum_interval=0,
+            lease=scanner_lease,
+            listen=worker_opts.listen,
+            prepare=worker_opts.prepare,
+        ),
+    )
+    work = Worker(app, worker_opts)
+    with _queue_metrics(dsn, metrics, work.metrics):
+        thread = threading.Thread(target=scan.run, name="pgsched-scanner", daemon=True)
+        thread.start()
+        try:
+            code = work.run()
+        finally:
+            scan.stop()
+            thread.join(timeout=10)
     sys.exit(code)
+
+
+@contextmanager
+def _queue_metrics(dsn: str, address: tuple[str, int] | None, *extra: Collector) -> Iterator[None]:
+    """Serve the queue-wide gauges (and extra collectors) at address for the duration of the block."""
+    if address is None:
+        yield
+        return
+    from psycopg_pool import ConnectionPool
+
+    from pgsched.metrics import MetricsServer, QueueCollector, worker_registry
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        dsn, min_size=0, max_size=1, timeout=10, open=True, kwargs={"autocommit": True}, name="pgsched-metrics"
+    )
+    registry = worker_registry(*extra)
+    registry.register(QueueCollector(pool))
+    server = MetricsServer(registry, host=address[0], port=address[1])
+    try:
+        server.start()
+        log.info("Prometheus metrics at %s/metrics", server.url)
+        yield
+    finally:
+        server.stop()
+        pool.close()
 
 
 def register(group: click.Group) -> None:

@@ -10,7 +10,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -28,9 +28,17 @@ from starlette.routing import Route
 
 from pgsched.dashboard import charts, pages
 from pgsched.dashboard.html import Safe, layout
-from pgsched.dashboard.middleware import BasicAuth, SecurityHeaders, credentials_from_env
+from pgsched.dashboard.middleware import (
+    LOOPBACK_HOSTS,
+    BasicAuth,
+    HostAllowList,
+    SecurityHeaders,
+    allowed_hosts_from_env,
+    credentials_from_env,
+)
 from pgsched.dashboard.queries import ACTIVE_STATES, STATES, Store
 from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families
+from pgsched.redact import redact, remember
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +62,19 @@ Renderer = Callable[[pages.View, Data, Request], Safe]
 
 
 def create_app(
-    dsn: str, *, read_only: bool = False, auth: tuple[str, str] | None = None, db_timeout: float = 10.0
+    dsn: str,
+    *,
+    read_only: bool = False,
+    auth: tuple[str, str] | None = None,
+    db_timeout: float = 10.0,
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
-    """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD."""
+    """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD.
+
+    Requests must name localhost, 127.0.0.1, [::1], one of allowed_hosts or one
+    of PGSCHED_DASHBOARD_ALLOWED_HOSTS in their Host header (others get 400).
+    """
+    remember(dsn)
     store = Store(dsn, timeout=db_timeout)
 
     @asynccontextmanager
@@ -68,7 +86,8 @@ def create_app(
             await store.close()
 
     credentials = auth or credentials_from_env()
-    middleware = [Middleware(SecurityHeaders)]
+    hosts = [*LOOPBACK_HOSTS, *allowed_hosts, *allowed_hosts_from_env()]
+    middleware = [Middleware(SecurityHeaders), Middleware(HostAllowList, hosts=hosts)]
     if credentials is not None:
         middleware.append(Middleware(BasicAuth, username=credentials[0], password=credentials[1]))
     app = Starlette(
@@ -464,7 +483,7 @@ async def healthz(request: Request) -> Response:
     try:
         await _store(request).row("SELECT 1 AS ok")
     except psycopg.Error as exc:  # PoolTimeout included
-        return PlainTextResponse(f"database unavailable: {exc}\n", status_code=503)
+        return PlainTextResponse(redact(f"database unavailable: {exc}\n"), status_code=503)
     return PlainTextResponse("ok\n")
 
 
@@ -483,7 +502,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _database_error(request: Request, exc: Exception) -> Response:
     log.warning("dashboard: database error on %s: %s", request.url.path, exc)
-    return _error_page(request, 503, "Database unavailable", f"The database could not be read: {exc}")
+    return _error_page(request, 503, "Database unavailable", redact(f"The database could not be read: {exc}"))
 
 
 # -- routes --------------------------------------------------------------------

@@ -176,9 +176,9 @@ def test_pause_and_resume_a_queue(dsn: str) -> None:
 
 def test_pause_json_and_an_invalid_queue_name(dsn: str) -> None:
     cli = Cli(dsn)
-    assert cli.json("queues", "pause", "reports") == {"queue": "reports", "paused": True}
+    assert cli.json("queues", "pause", "reports", "--force") == {"queue": "reports", "paused": True}
 
-    result = cli("queues", "pause", "no spaces allowed")
+    result = cli("queues", "pause", "no spaces allowed", "--force")
     assert result.code == 1
     assert "queues_name_valid" in result.err
 

@@ -398,18 +398,13 @@ def test_metrics_per_queue(serve: Callable[..., Served], seeded: Seeded, db: Con
     assert value(found, "pgsched_oldest_due_age_seconds", queue="mail") < 60
     assert value(found, "pgsched_dead_letters", queue="mail") == 1
     assert value(found, "pgsched_dead_letters", queue="reports") == 0
-    assert value(found, "pgsched_finished_jobs_5m", queue="mail", state="completed") == 1
-    assert value(found, "pgsched_finished_jobs_5m", queue="mail", state="dead") == 1
     assert value(found, "pgsched_queue_paused", queue="reports") == 1
     assert value(found, "pgsched_queue_paused", queue="mail") == 0
     assert value(found, "pgsched_retrying_jobs", queue="mail") == 0
     assert value(found, "pgsched_expired_leases", queue="mail") == 0
     assert value(found, "pgsched_workers_live") == 1
-    lags = [value(found, "pgsched_start_lag_seconds", queue="mail", quantile=q) for q in ("0.5", "0.95", "0.99")]
-    assert all(lag >= 0 for lag in lags)
-    assert lags == sorted(lags)
-    unknown = value(found, "pgsched_start_lag_seconds", queue="reports", quantile="0.99")
-    assert unknown != unknown  # NaN: no job finished there in the last 5 minutes
+    # Windows and quantiles belong to PromQL: finished counts and lag histograms come from workers.
+    assert not [name for name, labels in found if name.endswith("_5m") or "quantile" in dict(labels)]
 
 
 def test_expired_leases_and_retries_show_in_metrics(serve: Callable[..., Served], db: Conn) -> None:
@@ -435,7 +430,7 @@ def test_help_of_dashboard_and_worker_metrics_port() -> None:
     assert dashboard.code == 0, str(dashboard)
     for phrase in ("--host", "--port", "--read-only", "PGSCHED_DASHBOARD_USER", "/metrics"):
         assert phrase in dashboard.out
-    assert "--metrics-port PORT" in worker.out
+    assert "--metrics-port [HOST:]PORT" in worker.out
 
 
 def _free_port() -> int:
