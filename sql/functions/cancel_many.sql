@@ -14,6 +14,8 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
+    -- Refused at once for a moved clock, even when there is no job to pass it to.
+    PERFORM pgsched._clock(p_now);
     IF pg_catalog.cardinality(p_ids) > 10000 THEN
         RAISE EXCEPTION 'pgsched: cancel_many takes at most 10000 jobs per call, not %',
             pg_catalog.cardinality(p_ids)

@@ -1,0 +1,66 @@
+-- 0009 down: bulk actions check the clock
+
+REVOKE EXECUTE ON FUNCTION pgsched._clock(timestamptz) FROM pgsched_enqueue, pgsched_worker, pgsched_admin;
+
+-- functions/cancel_many.sql as of the previous revision
+-- cancel_many
+-- contract: pgsched.cancel for each of p_ids, in one statement and one
+-- transaction, in id order (so two bulk calls never deadlock), each id once;
+-- returns (job_id, result) with cancel()'s answer per job. It runs with the
+-- caller's rights and goes through cancel() itself, so every rule of a single
+-- cancel (tenant confinement, fencing on state) holds for each job. At most
+-- 10000 ids per call.
+CREATE OR REPLACE FUNCTION pgsched.cancel_many(
+    p_ids bigint[],
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, result text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'pgsched: cancel_many takes at most 10000 jobs per call, not %',
+            pg_catalog.cardinality(p_ids)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Call it once per slice of the ids.';
+    END IF;
+    FOR job_id IN SELECT DISTINCT u.id FROM pg_catalog.unnest(p_ids) AS u(id) WHERE u.id IS NOT NULL ORDER BY u.id
+    LOOP
+        result := pgsched.cancel(job_id, p_now);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+
+-- functions/retry_many.sql as of the previous revision
+-- retry_many
+-- contract: pgsched.retry for each of p_ids, in one statement and one
+-- transaction, in id order (so two bulk calls never deadlock), each id once;
+-- returns (job_id, result) with retry()'s answer per job. It runs with the
+-- caller's rights and goes through retry() itself, so every rule of a single
+-- retry (tenant confinement, one redrive at a time) holds for each job. At most
+-- 10000 ids per call.
+CREATE OR REPLACE FUNCTION pgsched.retry_many(
+    p_ids bigint[],
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, result text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'pgsched: retry_many takes at most 10000 jobs per call, not %',
+            pg_catalog.cardinality(p_ids)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Call it once per slice of the ids.';
+    END IF;
+    FOR job_id IN SELECT DISTINCT u.id FROM pg_catalog.unnest(p_ids) AS u(id) WHERE u.id IS NOT NULL ORDER BY u.id
+    LOOP
+        result := pgsched.retry(job_id, p_now);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+
