@@ -45,7 +45,7 @@ def test_a_squatted_key_does_not_swallow_another_tenants_job(deployment: Deploym
     worker = deployment.login("pgsched_worker")
     got = claim_one(worker)
     assert complete(worker, [pair(got)]) == {got["id"]: True}
-    assert enqueue(globex, tenant="globex", idempotency_key="invoice-77") == real
+    assert enqueue(globex, "bill", tenant="globex", idempotency_key="invoice-77") == real
 
 
 @pytest.mark.parametrize(
