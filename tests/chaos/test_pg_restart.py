@@ -33,6 +33,17 @@ def run_restart(env: Env, *, jobs: int, workers: int, down_s: float, window: flo
     producer = Producer(env.dsn, "during", rate=20, sleep=0.0).start()
     env.closers.append(producer.stop)
     wait_until(lambda: completed(env) >= jobs * 0.15, 300, "some of the drain", env)
+    # Every process listens before the crash (a worker slow to start on a busy machine would
+    # otherwise connect its listener after the restart, with nothing to reconnect).
+    wait_until(
+        lambda: (
+            env.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsched listener'")
+            >= workers + 1
+        ),
+        120,
+        "every worker's and the scanner's listener connected",
+        env,
+    )
     before = rate(env, window)
     done_before = set(env.scalar("SELECT coalesce(array_agg(id), '{}') FROM pgsched.job_history"))
     stopped, started = env.cluster.crash_restart(down_for=down_s)

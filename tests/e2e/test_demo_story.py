@@ -246,7 +246,7 @@ def test_scene_4_one_job_for_the_key(kept: Story) -> None:
         ).fetchone()
         assert counts == {"active": 0, "done": 1}
         again = conn.execute(
-            "SELECT pgsched.enqueue('story.welcome', '{}', 'story', '2099-03-28 13:00:00Z',"
+            "SELECT pgsched.enqueue('story.welcome', '{\"user\": 42}', 'story', '2099-03-28 13:00:00Z',"
             " idempotency_key => %s) AS id",
             [facts["key"]],
         ).fetchone()

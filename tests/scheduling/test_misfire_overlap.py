@@ -137,7 +137,7 @@ def test_a_scanner_returning_after_its_horizon_runs_the_latest_once(conn: Conn) 
     assert all(at >= now - timedelta(minutes=1) for at in on_time)
     assert len(on_time) <= 1
     before = [o for o in occurrences(conn, "tick") if o["fire_at"] < ran]
-    assert len(before) >= 35
+    assert len(before) >= 34  # 3 h of */5 fires before the one that ran, give or take the edges
     assert {o["decision"] for o in before} == {"skipped_misfire"}
     assert [o["decision"] for o in occurrences(conn, "tick") if o["fire_at"] == ran] in (["misfire_fired"], ["fire"])
 

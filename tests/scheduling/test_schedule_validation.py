@@ -21,7 +21,7 @@ from tests.scheduling.helpers import Conn, acquire, add_schedule, schedule
 
 BAD = [
     # (upsert_schedule arguments, what the error says)
-    pytest.param({"labels": [None]}, "labels may not contain NULL", id="labels-null"),
+    pytest.param({"labels": [None]}, "may not contain NULL", id="labels-null"),
     pytest.param({"priority": 5_000_000}, "outside -1000000..1000000", id="priority"),
     pytest.param({"tenant": ""}, "tenant is 1 to 200 characters", id="tenant-empty"),
     pytest.param({"cron": "61 * * * *"}, "minute must be 0-59, got 61", id="minute-61"),
