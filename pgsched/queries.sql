@@ -31,7 +31,7 @@ FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 -- name: claim_and_start
 WITH c AS MATERIALIZED (
     SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-           priority, tenant, created_at, pg_catalog.row_number() OVER () AS n
+           priority, tenant, created_at, lease_expires_at, pg_catalog.row_number() OVER () AS n
     FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s)
 ), s AS MATERIALIZED (
     SELECT s.job_id, s.outcome
@@ -40,7 +40,7 @@ WITH c AS MATERIALIZED (
                        ARRAY(SELECT c.shard FROM c WHERE c.n <= %s ORDER BY c.n)) s
 )
 SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
-       c.run_at, c.priority, c.tenant, c.created_at, s.outcome AS started
+       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, s.outcome AS started
 FROM c LEFT JOIN s ON s.job_id = c.id
 ORDER BY c.n;
 

@@ -122,15 +122,14 @@ def test_only_admins_run_bulk_actions(conn: Conn, make_role: MakeRole) -> None: 
 def test_a_tenant_scoped_admin_touches_only_its_tenant(conn: Conn, make_role: MakeRole) -> None:  # noqa: F811
     mine, theirs, nobody = enqueue(conn, tenant="A"), enqueue(conn, tenant="B"), enqueue(conn)
     dead_mine, dead_theirs = dead_job(conn, "d", tenant="A"), dead_job(conn, "d", tenant="B")
-    with connect(make_role("pgsched_admin", "pgsched_tenant_scoped")) as scoped:
-        scoped.execute("SET pgsched.tenant = 'A'")
+    with connect(make_role("pgsched_admin", "pgsched_tenant_scoped", tenant="A")) as scoped:
         assert dict(cancel_many(scoped, [mine, theirs, nobody])) == {
             mine: "cancelled",
             theirs: "not_found",
             nobody: "not_found",
         }
         assert dict(retry_many(scoped, [dead_mine, dead_theirs])) == {dead_mine: "retried", dead_theirs: "not_found"}
-        scoped.execute("RESET pgsched.tenant")
-        assert dict(cancel_many(scoped, [dead_mine])) == {dead_mine: "not_found"}  # no tenant set: nothing
+    with connect(make_role("pgsched_admin", "pgsched_tenant_scoped")) as unbound:
+        assert dict(cancel_many(unbound, [dead_mine])) == {dead_mine: "not_found"}  # scoped, not bound: nothing
     assert (state(conn, theirs), state(conn, nobody), state(conn, dead_theirs)) == ("available", "available", "dead")
     assert state(conn, dead_mine) == "available"

@@ -197,8 +197,10 @@ def test_the_stream_is_confined_to_the_tenant_of_a_scoped_role(conn: Conn, login
         assert {r["id"] for r in read(plain)} == set(finished.values())
     scoped_dsn = login_role("pgsched_enqueue", "pgsched_tenant_scoped")
     with psycopg.connect(scoped_dsn, autocommit=True, row_factory=dict_row) as scoped:
-        assert read(scoped) == []  # no tenant set: nothing
-        scoped.execute("SET pgsched.tenant = 'A'")
+        assert read(scoped) == []  # scoped, not bound to a tenant: nothing
+    role = psycopg.conninfo.conninfo_to_dict(scoped_dsn)["user"]
+    conn.execute("SELECT pgsched.bind_tenant(%s::regrole, 'A')", [role])
+    with psycopg.connect(scoped_dsn, autocommit=True, row_factory=dict_row) as scoped:
         assert [r["id"] for r in read(scoped)] == [finished["A"]]
 
 

@@ -50,8 +50,7 @@ def test_filters_combine_and_pages_follow_ids(conn: Conn, now: datetime) -> None
 
 def test_a_tenant_bound_session_finds_only_its_tenant(conn: Conn, make_role: MakeRole) -> None:  # noqa: F811
     mine, theirs, nobody = enqueue(conn, tenant="A"), enqueue(conn, tenant="B"), enqueue(conn)
-    with connect(make_role("pgsched_worker", "pgsched_tenant_scoped")) as scoped:
-        scoped.execute("SET pgsched.tenant = 'A'")
+    with connect(make_role("pgsched_worker", "pgsched_tenant_scoped", tenant="A")) as scoped:
         assert find(scoped) == [mine]
         assert find(scoped, p_tenant="B") == []
     with connect(make_role("pgsched_enqueue")) as reader:

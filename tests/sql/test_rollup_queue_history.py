@@ -235,13 +235,14 @@ def test_workers_roll_up_and_read_it_tenant_bound_sessions_and_enqueuers_do_not(
     m0: datetime,
 ) -> None:
     run_job(conn, "q", m0, m0 + S, m0 + 2 * S, tenant="A")
+    with connect(make_role("pgsched_worker")) as worker, refused(DENIED):  # only the owner moves the clock
+        rollup(worker, now=m0 + 3 * S)
+    assert rollup(conn, now=m0 + 3 * S)["rows"] == 1
     with connect(make_role("pgsched_worker")) as worker:
-        assert rollup(worker, now=m0 + 3 * S)["rows"] == 1
         assert scalar(worker, "SELECT sum(completed) FROM pgsched.queue_history") == 1
         with refused(DENIED):
             worker.execute("UPDATE pgsched.queue_minutes SET completed = 5")
-    with connect(make_role("pgsched_worker", "pgsched_tenant_scoped")) as scoped:
-        scoped.execute("SET pgsched.tenant = 'A'")
+    with connect(make_role("pgsched_worker", "pgsched_tenant_scoped", tenant="A")) as scoped:
         assert scalar(scoped, "SELECT count(*) FROM pgsched.queue_history") == 0  # sums of every tenant
     with connect(make_role("pgsched_enqueue")) as enqueuer:
         with refused(DENIED):

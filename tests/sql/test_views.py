@@ -39,14 +39,16 @@ def test_depth_by_state_per_queue(conn: Conn, now: datetime) -> None:
     got = stats(conn)
     assert set(got) == {"q", "other", "idle"}
     q = got["q"]
-    assert (q["scheduled"], q["available"], q["running"], q["retrying"], q["lease_expired"], q["paused"]) == (
+    # Claimed by SQL and never started (pgsched.start()): leased, waiting for a slot.
+    assert (q["scheduled"], q["available"], q["claimed"], q["running"], q["retrying"], q["lease_expired"]) == (
         3,
         3,
         2,
+        0,
         1,
         1,
-        False,
     )
+    assert q["paused"] is False
     other = got["other"]
     assert (other["scheduled"], other["available"], other["running"], other["retrying"]) == (0, 1, 0, 0)
     idle = got["idle"]
@@ -136,6 +138,7 @@ def test_workers_live_shows_recent_workers_and_what_they_hold(conn: Conn, now: d
     heartbeat(conn, [pair(g) for g in got], worker="w1")
     heartbeat(conn, [], worker="w2", now=now - timedelta(minutes=2))  # last seen two minutes ago
     rows = conn.execute("SELECT * FROM pgsched.workers_live").fetchall()
-    assert [(r["name"], r["host"], r["pid"], r["running"], r["concurrency"]) for r in rows] == [
-        ("w1", "host-a", 42, 2, 4)
+    # Claimed, not started: they count as claimed (waiting for a slot), not running.
+    assert [(r["name"], r["host"], r["pid"], r["claimed"], r["running"], r["concurrency"]) for r in rows] == [
+        ("w1", "host-a", 42, 2, 0, 4)
     ]

@@ -1,0 +1,53 @@
+-- 0010: a job finished without start() keeps its claim as its start
+
+-- functions/_finish.sql
+-- _finish
+-- contract: records a job that was just deleted from pgsched.jobs (by the
+-- caller's own fenced DELETE, in the same transaction) as finished: a
+-- history row in p_state, one audit event, the idempotency key's
+-- retention clock started, and the status event on pgsched_events (when
+-- pgsched.config.events is on; payload in docs/events.md, the same as
+-- complete()'s). Callers do the check-and-write; this only files.
+CREATE OR REPLACE FUNCTION pgsched._finish(
+    p_job    pgsched.jobs,
+    p_state  pgsched.job_state,
+    p_now    timestamptz,
+    p_error  text  DEFAULT NULL,
+    p_result jsonb DEFAULT NULL,
+    p_detail jsonb DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_config pgsched.config;
+BEGIN
+    SELECT * INTO v_config FROM pgsched.config;
+    INSERT INTO pgsched.job_history
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
+         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+    VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
+            p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
+            p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at,
+            -- a worker that never called start() (SQL only): the claim is the start
+            coalesce(p_job.started_at, CASE WHEN p_job.state = 'running' THEN p_job.claimed_at END),
+            p_now, p_result, p_error, p_job.schedule);
+    IF v_config.events THEN
+        PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
+            'id', p_job.id, 'queue', p_job.queue, 'task', p_job.task, 'state', p_state,
+            'attempt', p_job.attempt)::text);
+    END IF;
+    IF v_config.audit THEN
+        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
+        VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
+                coalesce(p_detail, CASE WHEN p_error IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object('error', p_error) END));
+    END IF;
+    IF p_job.idempotency_key IS NOT NULL THEN
+        UPDATE pgsched.idempotency_keys k
+        SET expires_at = p_now + v_config.idempotency_retention
+        WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
+    END IF;
+END
+$$;
+
