@@ -48,5 +48,3 @@ BEGIN
     END IF;
 END
 $$;
-
-

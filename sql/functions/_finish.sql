@@ -27,8 +27,10 @@ BEGIN
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at,
-            -- a worker that never called start() (SQL only): the claim is the start
-            coalesce(p_job.started_at, CASE WHEN p_job.state = 'running' THEN p_job.claimed_at END),
+            -- a worker that never called start() (SQL only): the claim is the start;
+            -- a job cancelled before its handler started has none
+            coalesce(p_job.started_at,
+                     CASE WHEN p_job.state = 'running' AND p_state <> 'cancelled' THEN p_job.claimed_at END),
             p_now, p_result, p_error, p_job.schedule);
     IF v_config.events THEN
         PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
