@@ -21,7 +21,7 @@ WITH ns AS (
            coalesce((SELECT pg_catalog.string_agg(
                          pg_catalog.format('%s:%s:%s:%s', coalesce(r.rolname, 'PUBLIC'), x.privilege_type,
                                            x.is_grantable, coalesce(g.rolname, '?')),
-                         ', ' ORDER BY 1)
+                         ', ' ORDER BY coalesce(r.rolname, 'PUBLIC'), x.privilege_type, g.rolname)
                      FROM pg_catalog.aclexplode(a.items) x
                      LEFT JOIN pg_catalog.pg_roles r ON r.oid = x.grantee
                      LEFT JOIN pg_catalog.pg_roles g ON g.oid = x.grantor), '(owner only)') AS acl
@@ -30,7 +30,8 @@ WITH ns AS (
 SELECT 'schema' AS kind, n.nspname::text AS name,
        pg_catalog.concat_ws(' | ', pg_catalog.pg_get_userbyid(n.nspowner),
            (SELECT pg_catalog.string_agg(pg_catalog.format('%s:%s:%s', coalesce(r.rolname, 'PUBLIC'),
-                                                           x.privilege_type, x.is_grantable), ', ' ORDER BY 1)
+                                                           x.privilege_type, x.is_grantable),
+                                     ', ' ORDER BY coalesce(r.rolname, 'PUBLIC'), x.privilege_type)
             FROM pg_catalog.aclexplode(n.nspacl) x LEFT JOIN pg_catalog.pg_roles r ON r.oid = x.grantee),
            pg_catalog.obj_description(n.oid, 'pg_namespace')) AS definition
 FROM pg_catalog.pg_namespace n WHERE n.oid = (SELECT oid FROM ns)
