@@ -81,7 +81,12 @@ class Listener:
                     self._conn = conn
                     conn.execute(f"LISTEN {self._channel}")
                     if self.available is None:
-                        self.available = self._probe(conn)
+                        # A busy machine can delay even a delivered notification past one
+                        # probe's wait: only repeated silence means NOTIFY cannot arrive.
+                        for attempt in range(3):
+                            self.available = self._probe(conn, self._probe_timeout * 2**attempt)
+                            if self.available or self._stop.is_set():
+                                break
                         if not self.available:
                             log.warning(
                                 "LISTEN/NOTIFY does not work on this connection (a transaction-pooling "
@@ -126,7 +131,7 @@ class Listener:
                 conn.execute("SELECT 1")
                 last_check = time.monotonic()
 
-    def _probe(self, conn: psycopg.Connection[object]) -> bool:
+    def _probe(self, conn: psycopg.Connection[object], timeout: float) -> bool:
         probe = f"pgsched_probe_{os.getpid()}_{threading.get_ident() % 100000}"
         conn.execute(f"LISTEN {probe}")
         # The NOTIFY must come from another session, as real ones do: behind a
@@ -136,7 +141,7 @@ class Listener:
         options = connect_options(self._dsn, "pgsched listener probe")
         with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, **options) as sender:
             sender.execute("SELECT pg_notify(%s, 'probe')", [probe])
-        deadline = time.monotonic() + self._probe_timeout
+        deadline = time.monotonic() + timeout
         ok = False
         while time.monotonic() < deadline and not ok:
             for note in conn.notifies(timeout=max(0.01, deadline - time.monotonic()), stop_after=1):
