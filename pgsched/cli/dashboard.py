@@ -25,9 +25,15 @@ def _is_loopback(host: str) -> bool:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--read-only", is_flag=True, help="Show everything, change nothing: actions answer 403.")
+@click.option(
+    "--read-dsn",
+    default=None,
+    metavar="DSN",
+    help="Read pages, JSON and /metrics from this server (a streaming replica); actions still go to --dsn.",
+)
 @click.pass_context
 @handle_errors
-def dashboard(ctx: click.Context, host: str, port: int, read_only: bool) -> None:
+def dashboard(ctx: click.Context, host: str, port: int, read_only: bool, read_dsn: str | None) -> None:
     """Serve the web dashboard: queues, jobs, dead letters, schedules, and /metrics.
 
     \b
@@ -45,7 +51,7 @@ def dashboard(ctx: click.Context, host: str, port: int, read_only: bool) -> None
     from pgsched.dashboard.middleware import credentials_from_env
 
     credentials = credentials_from_env()
-    app = create_app(state(ctx).resolve(), read_only=read_only, auth=credentials)
+    app = create_app(state(ctx).resolve(), read_only=read_only, auth=credentials, read_dsn=read_dsn)
     if credentials is None and not _is_loopback(host):
         log.warning(
             "the dashboard listens on %s without authentication: set PGSCHED_DASHBOARD_USER and "

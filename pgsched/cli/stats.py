@@ -22,6 +22,7 @@ from pgsched.cli.common import (
     to_jsonable,
 )
 from pgsched.errors import PgschedError
+from pgsched.replica import describe, replica_state
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -82,13 +83,17 @@ def format_seconds(value: float | None) -> str:
     return f"{whole}s"  # pragma: no cover - whole >= 60 here
 
 
-def snapshot(conn: Conn) -> dict[str, Any]:
-    """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now."""
-    return {
+def snapshot(conn: Conn, *, replica: bool = False) -> dict[str, Any]:
+    """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now; with replica, also
+    whether the server is a standby and how far behind it is (see pgsched.replica)."""
+    snap = {
         "at": datetime.now().astimezone(),
         "queues": conn.execute(QUEUE_STATS).fetchall(),
         "workers": conn.execute(WORKERS).fetchall(),
     }
+    if replica:
+        snap["replica"] = replica_state(conn)
+    return snap
 
 
 def _cells(row: dict[str, Any], headings: dict[str, str]) -> dict[str, Any]:
@@ -127,6 +132,8 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
     from rich.text import Text
 
     parts: list[RenderableType] = []
+    if "replica" in snap:
+        parts.append(Text(describe(snap["replica"]), style="bold"))
     queues = snap["queues"]
     if queues:
         now = [_cells(r, NOW_HEADINGS) for r in queues]
@@ -155,9 +162,15 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
     show_default=True,
     help="Seconds between refreshes with --watch.",
 )
+@click.option(
+    "--read-dsn",
+    default=None,
+    metavar="DSN",
+    help="Read from this server (a streaming replica) instead of --dsn, and show how far behind it is.",
+)
 @click.pass_context
 @handle_errors
-def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> None:
+def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float, read_dsn: str | None) -> None:
     """Per queue: jobs by state now, and what finished in the last 5 minutes; then live workers.
 
     \b
@@ -173,47 +186,49 @@ def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> No
       lag p50/p95/p99   start time minus due time
     workers: those seen in the last minute
 
-    --json gives the same numbers, with durations in seconds.
+    --json gives the same numbers, with durations in seconds. With --read-dsn the
+    numbers come from that server, as of its last replayed commit (lag_s).
     """
+    cli = CliState(dsn=read_dsn) if read_dsn else state(ctx)
     if watch:
-        _watch(state(ctx), interval, as_json)
+        _watch(cli, interval, as_json, replica=read_dsn is not None)
         return
-    with state(ctx).connect() as conn:
-        snap = snapshot(conn)
+    with cli.connect() as conn:
+        snap = snapshot(conn, replica=read_dsn is not None)
     if as_json:
         emit_json(snap)
     else:
         console().print(render(snap))
 
 
-def _snapshots(cli: CliState, interval: float) -> Iterator[dict[str, Any] | str]:
+def _snapshots(cli: CliState, interval: float, replica: bool = False) -> Iterator[dict[str, Any] | str]:
     """A snapshot every interval, over one connection; a lost connection yields its error and reconnects."""
     while True:
         try:
             with cli.connect() as conn:
                 while True:
-                    yield snapshot(conn)
+                    yield snapshot(conn, replica=replica)
                     time.sleep(interval)
         except PgschedError as exc:
             yield f"error: {exc} (retrying every {interval:g}s)"
             time.sleep(interval)
 
 
-def _watch(cli: CliState, interval: float, as_json: bool) -> None:
+def _watch(cli: CliState, interval: float, as_json: bool, *, replica: bool = False) -> None:
     cli.resolve()  # a missing configuration ends the command; a lost connection is retried
     try:
         if as_json:
-            _watch_json(cli, interval)
+            _watch_json(cli, interval, replica)
         elif console().is_terminal:
-            _watch_live(cli, interval)
+            _watch_live(cli, interval, replica)
         else:
-            _watch_append(cli, interval)
+            _watch_append(cli, interval, replica)
     except KeyboardInterrupt:
         pass
 
 
-def _watch_json(cli: CliState, interval: float) -> None:
-    for item in _snapshots(cli, interval):
+def _watch_json(cli: CliState, interval: float, replica: bool = False) -> None:
+    for item in _snapshots(cli, interval, replica):
         if isinstance(item, str):
             click.echo(item, err=True)
         else:
@@ -224,10 +239,10 @@ def _footer(snap: dict[str, Any], interval: float) -> str:
     return f"{snap['at']:%H:%M:%S}, every {interval:g}s; Ctrl-C to stop"
 
 
-def _watch_append(cli: CliState, interval: float) -> None:
+def _watch_append(cli: CliState, interval: float, replica: bool = False) -> None:
     """Not a terminal (a pipe, a log): print each snapshot after the last instead of redrawing."""
     out = console()
-    for item in _snapshots(cli, interval):
+    for item in _snapshots(cli, interval, replica):
         if isinstance(item, str):
             click.echo(item, err=True)
         else:
@@ -236,12 +251,12 @@ def _watch_append(cli: CliState, interval: float) -> None:
             out.file.flush()
 
 
-def _watch_live(cli: CliState, interval: float) -> None:
+def _watch_live(cli: CliState, interval: float, replica: bool = False) -> None:
     from rich.live import Live
 
     last: dict[str, Any] = {"queues": [], "workers": []}
     with Live(console=console(), auto_refresh=False) as live:
-        for item in _snapshots(cli, interval):
+        for item in _snapshots(cli, interval, replica):
             if isinstance(item, str):
                 live.update(render(last, item), refresh=True)
                 continue

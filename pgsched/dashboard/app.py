@@ -26,7 +26,7 @@ from pgsched.dashboard import pages
 from pgsched.dashboard.html import Safe, layout
 from pgsched.dashboard.middleware import BasicAuth, SecurityHeaders, credentials_from_env
 from pgsched.dashboard.queries import STATES, Store
-from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families
+from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families, replica_families
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,17 @@ Renderer = Callable[[pages.View, Data, Request], Safe]
 
 
 def create_app(
-    dsn: str, *, read_only: bool = False, auth: tuple[str, str] | None = None, db_timeout: float = 10.0
+    dsn: str,
+    *,
+    read_only: bool = False,
+    auth: tuple[str, str] | None = None,
+    db_timeout: float = 10.0,
+    read_dsn: str | None = None,
 ) -> Starlette:
-    """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD."""
-    store = Store(dsn, timeout=db_timeout)
+    """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD.
+
+    read_dsn: pages, JSON and /metrics read from there (a streaming replica); actions still go to dsn."""
+    store = Store(dsn, read_dsn=read_dsn, timeout=db_timeout)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -271,12 +278,17 @@ def _with_msg(path: str, msg: str) -> str:
 async def metrics(request: Request) -> Response:
     """Prometheus exposition of the queue gauges, read from the database now."""
     snap: QueueSnapshot | None
+    replica: dict[str, Any] | None = None
     try:
         snap = await _store(request).snapshot()
+        replica = await _store(request).replica()
     except psycopg.Error as exc:  # PoolTimeout included
         log.warning("metrics: could not read queue state: %s", exc)
         snap = None
-    return Response(generate_latest(StaticCollector(queue_families(snap))), media_type=CONTENT_TYPE_LATEST)
+    families = queue_families(snap)
+    if replica is not None:
+        families += replica_families(replica)
+    return Response(generate_latest(StaticCollector(families)), media_type=CONTENT_TYPE_LATEST)
 
 
 async def healthz(request: Request) -> Response:
