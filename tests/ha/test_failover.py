@@ -12,6 +12,9 @@ back on the new primary.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -298,3 +301,91 @@ def test_failover(env: Env, ha: HACluster) -> None:
 @pytest.mark.timeout(900)
 def test_switchover(env: Env, ha: HACluster) -> None:
     run_switchover(env, ha, backlog=1000, rate=20)
+
+
+def _stats(env: Env, read_dsn: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pgsched", "--dsn", env.dsn, "stats", "--json", "--read-dsn", read_dsn],
+        capture_output=True,
+        text=True,
+        env=env.env,
+        timeout=60,
+        check=True,
+    )
+    found: dict[str, Any] = json.loads(out.stdout)
+    return found
+
+
+def _available(snap: dict[str, Any]) -> int:
+    return sum(int(q["available"]) for q in snap["queues"] if q["queue"] == "chaos")
+
+
+def _scrape(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+def test_read_replica(env: Env, ha: HACluster) -> None:
+    """stats and the dashboard (pages, JSON, /metrics) read from a streaming replica and say how stale it is."""
+    replica = next(n for n in ha.replicas() if n is not ha.sync_standby())  # asynchronous: replay may pause
+    read_dsn = replica.dsn(env.dbname)
+    env.enqueue(25, "replica")
+    wait_until(lambda: _available(_stats(env, read_dsn)) == 25, 60, "the replica replaying the enqueue", env)
+    snap = _stats(env, read_dsn)
+    assert snap["replica"]["in_recovery"] is True
+    assert 0 <= snap["replica"]["lag_s"] < 5
+    primary = ha.primary()
+    assert primary is not None
+    assert _stats(env, primary.dsn(env.dbname))["replica"] == {
+        "in_recovery": False,
+        "lag_s": None,
+        "replay_age_s": None,
+    }
+
+    port = free_port()
+    dashboard = Proc(
+        "dashboard-read",
+        ["--dsn", env.dsn, "dashboard", "--port", str(port), "--read-only", "--read-dsn", read_dsn],
+        env.log_dir,
+        env.env,
+    )
+    env.procs.append(dashboard.start())
+    metrics = f"http://127.0.0.1:{port}/metrics"
+    wait_until(lambda: "pgsched_read_replica 1.0" in _scrape(metrics), 60, "the dashboard reading the replica", env)
+    with psycopg.connect(replica.dsn(), autocommit=True) as conn:
+        readers = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsched-dashboard-read'"
+        ).fetchone()
+        assert readers is not None
+        assert readers[0] >= 1, "the dashboard's reads must go to the replica"
+        # Stop replay: the replica falls behind, and every reader says so.
+        conn.execute("SELECT pg_wal_replay_pause()")
+        try:
+            env.enqueue(10, "while-paused")
+            wait_until(lambda: _stats(env, read_dsn)["replica"]["lag_s"] > 2.0, 60, "the replica's lag growing", env)
+            snap = _stats(env, read_dsn)
+            assert _available(snap) == 25, "a paused replica still shows the old numbers"
+            wait_until(
+                lambda: any(
+                    line.startswith("pgsched_replica_lag_seconds ") and float(line.split()[1]) > 2.0
+                    for line in _scrape(metrics).splitlines()
+                ),
+                30,
+                "/metrics showing the lag",
+                env,
+            )
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=5) as resp:
+                overview = json.loads(resp.read())
+            assert overview["replica"]["in_recovery"] is True
+            assert overview["replica"]["lag_s"] > 2.0
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                assert "replica behind by" in resp.read().decode()
+        finally:
+            conn.execute("SELECT pg_wal_replay_resume()")
+    wait_until(lambda: _available(_stats(env, read_dsn)) == 35, 60, "the replica catching up", env)
+    assert _stats(env, read_dsn)["replica"]["lag_s"] < 5
