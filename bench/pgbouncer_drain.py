@@ -52,24 +52,29 @@ def drain(
         conn.execute(f"CREATE DATABASE {db} TEMPLATE bench_template")
     env = Env(cluster, db, log_dir)
     env.env["CHAOS_PROBE_DSN"] = dsn
+    if "--no-prepare" in flags:
+        env.env["CHAOS_PROBE_NO_PREPARE"] = "1"
     acked = env.enqueue(jobs, label)
     stop = threading.Event()
     samples: list[int] = []
     sampler = threading.Thread(target=peak_connections, args=(cluster.dsn(db), stop, samples), daemon=True)
     sampler.start()
     started = time.monotonic()
-    procs = [
-        env.worker(f"{label}-{i}", dsn=dsn, concurrency=1, lease=10.0, poll=0.2, extra=("--burst", *flags))
-        for i in range(processes)
-    ]
-    deadline = time.monotonic() + 600
-    while env.finished(acked) < len(acked) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    seconds = time.monotonic() - started
-    for proc in procs:
-        proc.stop(30)
-    stop.set()
-    sampler.join(5)
+    procs = []
+    try:
+        for i in range(processes):
+            procs.append(
+                env.worker(f"{label}-{i}", dsn=dsn, concurrency=1, lease=10.0, poll=0.2, extra=("--burst", *flags))
+            )
+        deadline = time.monotonic() + 600
+        while env.finished(acked) < len(acked) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seconds = time.monotonic() - started
+    finally:
+        for proc in procs:
+            proc.stop(30)
+        stop.set()
+        sampler.join(5)
     report = check(cluster.dsn(db), label, acked)
     errors = sum(proc.text().count(word) for proc in procs for word in ERRORS)
     return {
@@ -111,20 +116,7 @@ def main() -> int:
         schema.migrate(cluster.dsn("bench_template"))
         with psycopg.connect(cluster.dsn("bench_template"), autocommit=True) as conn:
             conn.execute(SCHEMA)
-        bouncer = PgBouncer(binary, cluster, root)
-        wait_ready(bouncer.dsn("bench_template"), timeout=20)
-        rows.append(
-            drain(
-                cluster,
-                "bench_bouncer",
-                logs,
-                "pgbouncer",
-                bouncer.dsn("bench_bouncer"),
-                args.processes,
-                args.jobs,
-                ("--no-listen", "--no-prepare"),
-            )
-        )
+        # Direct first: a pooler keeps its server connections open after its clients leave.
         rows.append(
             drain(
                 cluster,
@@ -135,6 +127,20 @@ def main() -> int:
                 args.direct_processes,
                 args.jobs,
                 (),
+            )
+        )
+        bouncer = PgBouncer(binary, cluster, root)
+        wait_ready(bouncer.dsn("postgres"), timeout=20)
+        rows.append(
+            drain(
+                cluster,
+                "bench_bouncer",
+                logs,
+                "pgbouncer",
+                bouncer.dsn("bench_bouncer"),
+                args.processes,
+                args.jobs,
+                ("--no-listen", "--no-prepare"),
             )
         )
     finally:

@@ -251,7 +251,7 @@ def run_failover(env: Env, ha: HACluster, backlog: int, rate: float) -> Report:
         {
             "killed primary": f"{old.name} (now {role.get(old.name)})",
             "new primary": new.name,
-            "promoted after (s)": f"{promoted_s:.1f}",
+            "new primary seen after (s)": f"{promoted_s:.1f}",
             "producer retries": producer.retries,
         }
     )
