@@ -8,14 +8,17 @@ import psycopg
 from psycopg.rows import dict_row
 
 # lag_s: 0 when everything received has been replayed, else the age of the last replayed commit;
-# NULL on a primary. replay_age_s: the age of the last replayed commit (grows while the primary is idle).
+# NULL on a primary. replay_age_s: the age of the last replayed commit (grows while the primary is idle),
+# NULL on a primary.
 REPLICA_SQL: Final[LiteralString] = """
 SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
        CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN NULL
             WHEN pg_catalog.pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_catalog.pg_last_wal_replay_lsn() THEN 0.0
             ELSE extract(epoch FROM pg_catalog.now() - pg_catalog.pg_last_xact_replay_timestamp())::float8
        END AS lag_s,
-       extract(epoch FROM pg_catalog.now() - pg_catalog.pg_last_xact_replay_timestamp())::float8 AS replay_age_s
+       CASE WHEN pg_catalog.pg_is_in_recovery()  -- a promoted primary still reports its last replay
+            THEN extract(epoch FROM pg_catalog.now() - pg_catalog.pg_last_xact_replay_timestamp())::float8
+       END AS replay_age_s
 """
 
 
