@@ -13,6 +13,8 @@ back on the new primary.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -363,8 +365,12 @@ def test_read_replica(env: Env, ha: HACluster) -> None:
         ).fetchone()
         assert readers is not None
         assert readers[0] >= 1, "the dashboard's reads must go to the replica"
-        # Stop replay: the replica falls behind, and every reader says so.
-        conn.execute("SELECT pg_wal_replay_pause()")
+        # Stop replay (Patroni resumes a pg_wal_replay_pause() at once, so freeze the startup process that
+        # replays WAL; the WAL receiver goes on): the replica falls behind, and every reader says so.
+        row = conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'").fetchone()
+        assert row is not None
+        startup = int(row[0])
+        os.kill(startup, signal.SIGSTOP)
         try:
             env.enqueue(10, "while-paused")
             wait_until(lambda: _stats(env, read_dsn)["replica"]["lag_s"] > 2.0, 60, "the replica's lag growing", env)
@@ -386,6 +392,6 @@ def test_read_replica(env: Env, ha: HACluster) -> None:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
                 assert "replica behind by" in resp.read().decode()
         finally:
-            conn.execute("SELECT pg_wal_replay_resume()")
+            os.kill(startup, signal.SIGCONT)
     wait_until(lambda: _available(_stats(env, read_dsn)) == 35, 60, "the replica catching up", env)
     assert _stats(env, read_dsn)["replica"]["lag_s"] < 5
