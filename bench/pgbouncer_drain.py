@@ -154,8 +154,11 @@ def main() -> int:
     print("|" + "|".join("---" for _ in keys) + "|")
     for row in rows:
         print("| " + " | ".join(str(row[k]) for k in keys) + " |")
-    print(f"(worker logs: {logs})")
     ok = all(r["lost"] == 0 and r["dup effects"] == 0 and r["errors in logs"] == 0 for r in rows)
+    if ok:
+        shutil.rmtree(logs, ignore_errors=True)
+    else:
+        print(f"(worker logs: {logs})")
     return 0 if ok else 1
 
 
