@@ -28,7 +28,16 @@ test-unit: $(STAMP) ## Run the tests that need no database
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 chaos: $(STAMP) ## Run the fault-injection scenarios (several minutes)
-	$(BIN)/pytest -m chaos tests/chaos -s $(PYTEST_ARGS)
+	$(BIN)/pytest -m chaos tests/chaos tests/ha -s $(PYTEST_ARGS)
+
+ha: $(STAMP) ## Patroni cluster (3 x PostgreSQL 15, etcd): SIGKILL of the primary mid-drain, then a switchover
+	@if ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server >/dev/null \
+				|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server >/dev/null); \
+		else echo "make ha needs patroni and etcd: apt-get install -y patroni etcd-server"; exit 1; fi; \
+	fi
+	$(BIN)/pytest -m chaos tests/ha -s -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff (check + format) and mypy --strict
 	$(BIN)/ruff check pgsched tests bench migrations
@@ -59,4 +68,4 @@ dist: $(STAMP) ## Build the wheel users install into their projects: dist/pgsche
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install demo test test-unit chaos lint fmt bench db-up db-down migration dist clean
+.PHONY: help install demo test test-unit chaos ha lint fmt bench db-up db-down migration dist clean

@@ -106,6 +106,18 @@ def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def replica_families(state: dict[str, Any]) -> list[Metric]:
+    """The read server's role and staleness (pgsched.replica.replica_state), for a dashboard with --read-dsn."""
+    standby = GaugeMetricFamily("pgsched_read_replica", "1 if the metrics were read from a standby (--read-dsn).")
+    standby.add_metric([], 1 if state["in_recovery"] else 0)
+    lag = GaugeMetricFamily(
+        "pgsched_replica_lag_seconds",
+        "How far the standby the metrics were read from is behind (0: all it received is replayed).",
+    )
+    lag.add_metric([], 0.0 if not state["in_recovery"] else _number(state["lag_s"]))
+    return [standby, lag]
+
+
 def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
     """The database metric families for a snapshot (None: the database could not be read)."""
     up = GaugeMetricFamily("pgsched_database_up", "1 if the last scrape could read pgsched's views, else 0.")

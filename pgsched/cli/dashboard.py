@@ -40,9 +40,17 @@ def _is_unspecified(host: str) -> bool:
     help="A host name browsers use to reach the dashboard (repeatable; also $PGSCHED_DASHBOARD_ALLOWED_HOSTS, "
     "comma-separated). Always allowed: the --host address, localhost, 127.0.0.1, [::1]. '*' allows any.",
 )
+@click.option(
+    "--read-dsn",
+    default=None,
+    metavar="DSN",
+    help="Read pages, JSON and /metrics from this server (a streaming replica); actions still go to --dsn.",
+)
 @click.pass_context
 @handle_errors
-def dashboard(ctx: click.Context, host: str, port: int, read_only: bool, allowed_hosts: tuple[str, ...]) -> None:
+def dashboard(
+    ctx: click.Context, host: str, port: int, read_only: bool, allowed_hosts: tuple[str, ...], read_dsn: str | None
+) -> None:
     """Serve the web dashboard: queues, jobs, dead letters, schedules, and /metrics.
 
     \b
@@ -65,7 +73,9 @@ def dashboard(ctx: click.Context, host: str, port: int, read_only: bool, allowed
 
     credentials = credentials_from_env()
     hosts = [*([] if _is_unspecified(host) else [host]), *allowed_hosts]
-    app = create_app(state(ctx).resolve(), read_only=read_only, auth=credentials, allowed_hosts=hosts)
+    app = create_app(
+        state(ctx).resolve(), read_only=read_only, auth=credentials, allowed_hosts=hosts, read_dsn=read_dsn
+    )
     if _is_unspecified(host) and not allowed_hosts and not allowed_hosts_from_env():
         log.warning(
             "the dashboard listens on every address but answers only to localhost, 127.0.0.1 and [::1]: "

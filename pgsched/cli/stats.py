@@ -25,6 +25,7 @@ from pgsched.cli.common import (
 )
 from pgsched.errors import PgschedError
 from pgsched.redact import redact
+from pgsched.replica import describe, replica_state
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -116,9 +117,10 @@ def format_seconds(value: float | None) -> str:
     return f"{whole}s"  # pragma: no cover - whole >= 60 here
 
 
-def snapshot(conn: Conn, since: timedelta | None = None) -> dict[str, Any]:
+def snapshot(conn: Conn, since: timedelta | None = None, *, replica: bool = False) -> dict[str, Any]:
     """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now; with since, also each
-    queue's totals over that window from pgsched.queue_history."""
+    queue's totals over that window from pgsched.queue_history; with replica, also whether the server is a
+    standby and how far behind it is (see pgsched.replica)."""
     snap = {
         "at": datetime.now().astimezone(),
         "queues": conn.execute(QUEUE_STATS).fetchall(),
@@ -127,6 +129,8 @@ def snapshot(conn: Conn, since: timedelta | None = None) -> dict[str, Any]:
     if since is not None:
         snap["since_s"] = since.total_seconds()
         snap["history"] = conn.execute(QUEUE_HISTORY, {"since": since}).fetchall()
+    if replica:
+        snap["replica"] = replica_state(conn)
     return snap
 
 
@@ -167,6 +171,8 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
     from rich.text import Text
 
     parts: list[RenderableType] = []
+    if "replica" in snap:
+        parts.append(Text(describe(snap["replica"]), style="bold"))
     queues = snap["queues"]
     if queues:
         now = [_cells(r, NOW_HEADINGS) for r in queues]
@@ -208,9 +214,17 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
     metavar="DURATION",
     help="Instead of the last 5 minutes, totals per queue over this window (1h, 30m, 1d) from pgsched.queue_history.",
 )
+@click.option(
+    "--read-dsn",
+    default=None,
+    metavar="DSN",
+    help="Read from this server (a streaming replica) instead of --dsn, and show how far behind it is.",
+)
 @click.pass_context
 @handle_errors
-def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float, since: str | None) -> None:
+def stats(
+    ctx: click.Context, as_json: bool, watch: bool, interval: float, since: str | None, read_dsn: str | None
+) -> None:
     """Per queue: jobs by state now, and what finished in the last 5 minutes; then live workers.
 
     \b
@@ -231,7 +245,8 @@ def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float, since
       completed, per min, failed (retrying), dead, cancelled, redriven,
       leases expired, worst lag p95, worst run p95, peak available
 
-    --json gives the same numbers, with durations in seconds.
+    --json gives the same numbers, with durations in seconds. With --read-dsn the
+    numbers come from that server, as of its last replayed commit (lag_s).
     """
     window = None
     if since is not None:
@@ -241,45 +256,48 @@ def stats(ctx: click.Context, as_json: bool, watch: bool, interval: float, since
             raise click.BadParameter(str(exc), param_hint="--since") from None
         if window <= timedelta(0):
             raise click.BadParameter("must be longer than 0", param_hint="--since")
+    cli = CliState(dsn=read_dsn) if read_dsn else state(ctx)
     if watch:
-        _watch(state(ctx), interval, as_json, window)
+        _watch(cli, interval, as_json, window, replica=read_dsn is not None)
         return
-    with state(ctx).connect() as conn:
-        snap = snapshot(conn, window)
+    with cli.connect() as conn:
+        snap = snapshot(conn, window, replica=read_dsn is not None)
     if as_json:
         emit_json(snap)
     else:
         console().print(render(snap))
 
 
-def _snapshots(cli: CliState, interval: float, since: timedelta | None) -> Iterator[dict[str, Any] | str]:
+def _snapshots(
+    cli: CliState, interval: float, since: timedelta | None, replica: bool = False
+) -> Iterator[dict[str, Any] | str]:
     """A snapshot every interval, over one connection; a lost connection yields its error and reconnects."""
     while True:
         try:
             with cli.connect() as conn:
                 while True:
-                    yield snapshot(conn, since)
+                    yield snapshot(conn, since, replica=replica)
                     time.sleep(interval)
         except PgschedError as exc:
             yield redact(f"error: {exc} (retrying every {interval:g}s)")
             time.sleep(interval)
 
 
-def _watch(cli: CliState, interval: float, as_json: bool, since: timedelta | None) -> None:
+def _watch(cli: CliState, interval: float, as_json: bool, since: timedelta | None, *, replica: bool = False) -> None:
     cli.resolve()  # a missing configuration ends the command; a lost connection is retried
     try:
         if as_json:
-            _watch_json(cli, interval, since)
+            _watch_json(cli, interval, since, replica)
         elif console().is_terminal:
-            _watch_live(cli, interval, since)
+            _watch_live(cli, interval, since, replica)
         else:
-            _watch_append(cli, interval, since)
+            _watch_append(cli, interval, since, replica)
     except KeyboardInterrupt:
         pass
 
 
-def _watch_json(cli: CliState, interval: float, since: timedelta | None) -> None:
-    for item in _snapshots(cli, interval, since):
+def _watch_json(cli: CliState, interval: float, since: timedelta | None, replica: bool = False) -> None:
+    for item in _snapshots(cli, interval, since, replica):
         if isinstance(item, str):
             click.echo(item, err=True)
         else:
@@ -290,10 +308,10 @@ def _footer(snap: dict[str, Any], interval: float) -> str:
     return f"{snap['at']:%H:%M:%S}, every {interval:g}s; Ctrl-C to stop"
 
 
-def _watch_append(cli: CliState, interval: float, since: timedelta | None) -> None:
+def _watch_append(cli: CliState, interval: float, since: timedelta | None, replica: bool = False) -> None:
     """Not a terminal (a pipe, a log): print each snapshot after the last instead of redrawing."""
     out = console()
-    for item in _snapshots(cli, interval, since):
+    for item in _snapshots(cli, interval, since, replica):
         if isinstance(item, str):
             click.echo(item, err=True)
         else:
@@ -302,12 +320,12 @@ def _watch_append(cli: CliState, interval: float, since: timedelta | None) -> No
             out.file.flush()
 
 
-def _watch_live(cli: CliState, interval: float, since: timedelta | None) -> None:
+def _watch_live(cli: CliState, interval: float, since: timedelta | None, replica: bool = False) -> None:
     from rich.live import Live
 
     last: dict[str, Any] = {"queues": [], "workers": []}
     with Live(console=console(), auto_refresh=False) as live:
-        for item in _snapshots(cli, interval, since):
+        for item in _snapshots(cli, interval, since, replica):
             if isinstance(item, str):
                 live.update(render(last, item), refresh=True)
                 continue

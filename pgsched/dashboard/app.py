@@ -37,7 +37,7 @@ from pgsched.dashboard.middleware import (
     credentials_from_env,
 )
 from pgsched.dashboard.queries import ACTIVE_STATES, STATES, Store
-from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families
+from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families, replica_families
 from pgsched.redact import redact, remember
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,18 @@ def create_app(
     auth: tuple[str, str] | None = None,
     db_timeout: float = 10.0,
     allowed_hosts: Sequence[str] = (),
+    read_dsn: str | None = None,
 ) -> Starlette:
     """The dashboard for the database at dsn; basic auth from auth, else from PGSCHED_DASHBOARD_USER/_PASSWORD.
 
     Requests must name localhost, 127.0.0.1, [::1], one of allowed_hosts or one
     of PGSCHED_DASHBOARD_ALLOWED_HOSTS in their Host header (others get 400).
+    read_dsn: pages, JSON and /metrics read from there (a streaming replica); actions still go to dsn.
     """
     remember(dsn)
-    store = Store(dsn, timeout=db_timeout)
+    if read_dsn is not None:
+        remember(read_dsn)
+    store = Store(dsn, read_dsn=read_dsn, timeout=db_timeout)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -471,12 +475,17 @@ def _with_msg(path: str, msg: str) -> str:
 async def metrics(request: Request) -> Response:
     """Prometheus exposition of the queue gauges, read from the database now."""
     snap: QueueSnapshot | None
+    replica: dict[str, Any] | None = None
     try:
         snap = await _store(request).snapshot()
+        replica = await _store(request).replica()
     except psycopg.Error as exc:  # PoolTimeout included
-        log.warning("metrics: could not read queue state: %s", exc)
+        log.warning("metrics: could not read queue state: %s", redact(str(exc)))
         snap = None
-    return Response(generate_latest(StaticCollector(queue_families(snap))), media_type=CONTENT_TYPE_LATEST)
+    families = queue_families(snap)
+    if replica is not None:
+        families += replica_families(replica)
+    return Response(generate_latest(StaticCollector(families)), media_type=CONTENT_TYPE_LATEST)
 
 
 async def healthz(request: Request) -> Response:

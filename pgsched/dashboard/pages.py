@@ -73,6 +73,16 @@ def _stat(label: str, value: object) -> Safe:
     return fmt('<div class="stat"><b>{value}</b><span>{label}</span></div>', value=value, label=label)
 
 
+def _replica_stat(replica: Mapping[str, Any] | None) -> list[Safe]:
+    """With --read-dsn: how far behind the replica the page was read from is."""
+    if replica is None:
+        return []
+    if not replica["in_recovery"]:
+        return [_stat("read from (--read-dsn)", "the primary")]
+    lag = replica["lag_s"]
+    return [_stat("replica behind by", "unknown" if lag is None else f"{lag:.1f} s")]
+
+
 def _refresh_links(view: View, refresh: int | None) -> Safe:
     links = [
         fmt(
@@ -210,6 +220,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             _stat("oldest due job waiting", _age(oldest) or "—"),
             _stat("dead letters", number(totals["dead_letters"])),
             _stat("workers live", number(data["workers_live"])),
+            *_replica_stat(data.get("replica")),
         ]
     )
     workers = table(

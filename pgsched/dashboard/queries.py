@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgsched.metrics import QueueSnapshot, read_snapshot_async
+from pgsched.replica import replica_state_async
 
 ACTIVE_STATES: Final = ("scheduled", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")
@@ -242,28 +243,50 @@ Row = dict[str, Any]
 
 
 class Store:
-    """The dashboard's reads and actions, over an AsyncConnectionPool (open() before use, close() after)."""
+    """The dashboard's reads and actions, over an AsyncConnectionPool (open() before use, close() after).
 
-    def __init__(self, dsn: str, *, max_size: int = 4, timeout: float = 10.0) -> None:
-        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+    With read_dsn (a streaming replica) the reads go to a pool of their own there, the actions to dsn.
+    """
+
+    def __init__(self, dsn: str, *, read_dsn: str | None = None, max_size: int = 4, timeout: float = 10.0) -> None:
+        self.pool = self._pool(dsn, max_size, timeout, "pgsched-dashboard")
+        self.read_dsn = read_dsn
+        self.read_pool = (
+            self.pool if read_dsn is None else self._pool(read_dsn, max_size, timeout, "pgsched-dashboard-read")
+        )
+
+    @staticmethod
+    def _pool(dsn: str, max_size: int, timeout: float, name: str) -> AsyncConnectionPool[Any]:
+        return AsyncConnectionPool(
             dsn,
             min_size=1,
             max_size=max_size,
             open=False,
             timeout=timeout,  # seconds a request waits for a connection before it answers 503
             check=AsyncConnectionPool.check_connection,
-            kwargs={"autocommit": True, "application_name": "pgsched-dashboard"},
-            name="pgsched-dashboard",
+            kwargs={"autocommit": True, "application_name": name},
+            name=name,
         )
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
+        if self.read_pool is not self.pool:
+            await self.read_pool.open(wait=False)
 
     async def close(self) -> None:
+        if self.read_pool is not self.pool:
+            await self.read_pool.close()
         await self.pool.close()
 
+    async def replica(self) -> dict[str, Any] | None:
+        """Whether the read server is a standby and how far behind it is (None without read_dsn)."""
+        if self.read_dsn is None:
+            return None
+        async with self.read_pool.connection() as conn:
+            return await replica_state_async(conn)
+
     async def rows(self, query: LiteralString, params: Mapping[str, Any] | None = None) -> list[Row]:
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        async with self.read_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(query, params)
             found: list[Row] = await cur.fetchall()
             return found
@@ -273,7 +296,7 @@ class Store:
         return found[0] if found else None
 
     async def snapshot(self) -> QueueSnapshot:
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             return await read_snapshot_async(conn)
 
     async def overview(self) -> dict[str, Any]:
@@ -284,6 +307,7 @@ class Store:
             "workers": await self.rows(WORKERS),
             "scanners": await self.rows(SCANNERS),
             "shard_leases": await self.rows(SHARD_LEASES),
+            "replica": await self.replica(),
         }
 
     async def queue(self, queue: str, *, state: str | None, before: int | None, limit: int) -> dict[str, Any]:

@@ -11,7 +11,9 @@ its effect is not applied twice. The outcome ('applied', 'duplicate' or
 'stale') is stored on the run in the same statement.
 
 The bookkeeping connection comes from $CHAOS_PROBE_DSN (straight to the
-server, not through the fault-injecting proxy) and survives restarts.
+server, not through the fault-injecting proxy) and survives restarts; with
+$CHAOS_PROBE_NO_PREPARE set it prepares no statements (for a transaction-pooling
+PgBouncer in between).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def _conn() -> psycopg.Connection[Any]:
     conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
     if conn is None or conn.closed or conn.broken:
         conn = psycopg.connect(os.environ["CHAOS_PROBE_DSN"], autocommit=True, connect_timeout=5)
+        if os.environ.get("CHAOS_PROBE_NO_PREPARE"):  # through a transaction-pooling PgBouncer
+            conn.prepare_threshold = None
         _local.conn = conn
     return conn
 

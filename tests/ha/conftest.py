@@ -1,0 +1,1 @@
+"""The HA scenarios run only when asked for by marker (`-m chaos`: `make ha`, `make chaos`)."""
