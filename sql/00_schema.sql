@@ -53,6 +53,8 @@ CREATE TABLE pgsched.config (
     audit                 boolean     NOT NULL DEFAULT true,
     events                boolean     NOT NULL DEFAULT true,  -- NOTIFY pgsched_events per terminal transition
     queue_history_retention interval  NOT NULL DEFAULT '30 days',
+    timeout_grace         interval    NOT NULL DEFAULT '5 seconds',  -- past a run's deadline_at before housekeeping fails it
+    max_handbacks         integer     NOT NULL DEFAULT 3,  -- shutdown hand-backs of an unfinished run before it is dead
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
@@ -66,7 +68,9 @@ CREATE TABLE pgsched.config (
     CONSTRAINT config_retention_range CHECK (
         history_retention BETWEEN interval '0' AND interval '100 years'
         AND events_retention BETWEEN interval '0' AND interval '100 years'
-        AND idempotency_retention BETWEEN interval '0' AND interval '100 years')
+        AND idempotency_retention BETWEEN interval '0' AND interval '100 years'),
+    CONSTRAINT config_timeout_grace_range CHECK (timeout_grace BETWEEN interval '0' AND interval '1 day'),
+    CONSTRAINT config_max_handbacks_range CHECK (max_handbacks BETWEEN 0 AND 1000000)
 );
 COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 

@@ -30,6 +30,9 @@ CREATE TABLE pgsched.jobs (
     created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
     schedule            text,             -- the recurring schedule this occurrence belongs to
     claimed_at          timestamptz,      -- when the current lease was taken; started_at: when its handler began
+    timeout             interval,         -- time limit of each run; NULL: the task's (pgsched.tasks), else none
+    deadline_at         timestamptz,      -- started_at + timeout of the current run, set by pgsched.start()
+    handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -51,7 +54,8 @@ CREATE TABLE pgsched.jobs (
         WHEN 'available' THEN lease_token IS NULL
         WHEN 'scheduled' THEN lease_token IS NULL
         ELSE false END),
-    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
+    CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0')
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
     'Active jobs (scheduled, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
@@ -59,6 +63,8 @@ COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current leas
 COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
 COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
 COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
+COMMENT ON COLUMN pgsched.jobs.timeout IS
+    'Time limit of each run (plain INSERT may set it); past deadline_at plus config.timeout_grace, housekeeping fails the run.';
 COMMENT ON COLUMN pgsched.jobs.started_at IS
     'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 
@@ -132,10 +138,12 @@ CREATE TABLE pgsched.tasks (
     backoff_max    interval,
     backoff_jitter real,
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    timeout        interval,
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
     CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
-    CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1)
+    CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
+    CONSTRAINT tasks_timeout_positive CHECK (timeout > interval '0')
 );
 COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
 

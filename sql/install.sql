@@ -21,6 +21,7 @@
 \ir functions/_clock.sql
 \ir functions/_ensure_day_partition.sql
 \ir functions/_event.sql
+\ir functions/_fail_overdue.sql
 \ir functions/_finish.sql
 \ir functions/_hold_shard.sql
 \ir functions/_key_holder.sql

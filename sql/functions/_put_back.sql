@@ -4,6 +4,12 @@
 -- attempt counter keeps growing (every run has a new attempt and token) while
 -- the job keeps as many failures as it had. A job whose cancellation was
 -- requested is cancelled instead. Returns the new state, or 'lease_lost'.
+--
+-- Hand-backs are bounded: a started run handed back by a worker shutting
+-- down (p_kind 'released') counts in `handbacks`; the one past
+-- pgsched.config.max_handbacks (default 3) makes the job 'dead' with that
+-- reason, so a job that hangs every worker cannot hold a slot across deploys
+-- forever. A job released before its handler started counts nothing.
 CREATE OR REPLACE FUNCTION pgsched._put_back(
     p_job_id bigint,
     p_token  bigint,
@@ -19,12 +25,31 @@ DECLARE
     v_job pgsched.jobs;
     v_run_at timestamptz := coalesce(p_run_at, p_now);
     v_scope text := pgsched._tenant_scope();
+    v_max_handbacks integer;
+    v_error text;
 BEGIN
+    SELECT c.max_handbacks INTO v_max_handbacks FROM pgsched.config c;
+    DELETE FROM pgsched.jobs j
+    WHERE p_kind = 'released'
+      AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.cancel_requested_at IS NULL AND j.started_at IS NOT NULL
+      AND j.handbacks >= v_max_handbacks
+      AND (v_scope IS NULL OR j.tenant = v_scope)
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        v_error := pg_catalog.format('handed back unfinished at shutdown %s times (max_handbacks %s)',
+                                     v_job.handbacks + 1, v_max_handbacks);
+        PERFORM pgsched._finish(v_job, 'dead', p_now, v_error, NULL,
+            pg_catalog.jsonb_build_object('error', v_error, 'reason', 'handbacks', 'handbacks', v_job.handbacks + 1));
+        RETURN 'dead';
+    END IF;
+
     UPDATE pgsched.jobs j
     SET run_at = v_run_at,
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
         -- saturates at the enqueue bound (jobs_max_attempts_range): never overflows
         max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
+        handbacks = j.handbacks + (p_kind = 'released' AND j.started_at IS NOT NULL)::integer,
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
     WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NULL

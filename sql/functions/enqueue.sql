@@ -4,7 +4,8 @@
 -- returns that job's id and adds nothing (keys are per tenant), provided the
 -- task and args are the same (else PS422, see _key_holder). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
--- A refused value raises with its column named (see _check_job).
+-- A refused value raises with its column named (see _check_job). timeout:
+-- the time limit of each run (NULL: the task's, else none), see start().
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts as a trusted writer
@@ -18,7 +19,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue(
     idempotency_key text        DEFAULT NULL,
     max_attempts    integer     DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    timeout         interval    DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -41,6 +43,11 @@ BEGIN
     PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
                                v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF enqueue.timeout <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: timeout % is not allowed: it must be positive (NULL means none)', enqueue.timeout
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive', COLUMN = 'timeout',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
     IF v_max IS NULL THEN
         SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
         v_max := coalesce(v_max, v_default_attempts);
@@ -66,10 +73,11 @@ BEGIN
 
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
-        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant)
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         timeout)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
-            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
+            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant, enqueue.timeout);
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
     IF v_run_at <= v_now THEN

@@ -8,6 +8,8 @@
 -- the token, the state and the expiry, so a completion racing the expiry
 -- wins cleanly and a stale read never overwrites a newer claim. Returns the
 -- number of jobs handled (at most p_limit; call again while it is p_limit).
+-- Runs past their deadline (deadline_at + config.timeout_grace) are failed
+-- too, even while their heartbeats continue (see _fail_overdue).
 CREATE OR REPLACE FUNCTION pgsched.expire_leases(
     p_now   timestamptz DEFAULT NULL,
     p_limit integer     DEFAULT 1000,
@@ -91,6 +93,6 @@ BEGIN
         END IF;
     END LOOP;
 
-    RETURN v_count + v_finished;
+    RETURN v_count + v_finished + pgsched._fail_overdue(p_now, p_limit, p_shard);
 END
 $$;

@@ -8,6 +8,9 @@
 -- 'lease_lost' (another run may own it: do not start it). A job claimed but
 -- not started has started_at NULL, so views tell "waiting for a slot" from
 -- "running", and start lag (started_at - run_at) counts the wait for a slot.
+-- A started job carries its deadline: deadline_at = started_at + its timeout
+-- (the job's, else its task's in pgsched.tasks), returned as `timeout` so the
+-- worker enforces it too; expire_leases fails a run past it (_fail_overdue).
 --
 -- Cancel-requested rows are rewritten unchanged rather than filtered out:
 -- when a cancel() commits while this statement waits for the row, the
@@ -19,7 +22,7 @@ CREATE OR REPLACE FUNCTION pgsched.start(
     shards  smallint[]  DEFAULT NULL,
     p_now   timestamptz DEFAULT NULL
 )
-RETURNS TABLE (job_id bigint, outcome text)
+RETURNS TABLE (job_id bigint, outcome text, timeout interval)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
@@ -34,13 +37,17 @@ BEGIN
         WHERE u.id IS NOT NULL
     ), stamped AS (
         UPDATE pgsched.jobs j
-        SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END
+        SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END,
+            deadline_at = CASE WHEN j.cancel_requested_at IS NULL
+                THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t WHERE t.name = j.task))
+                ELSE j.deadline_at END
         FROM input u
         WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
           AND (u.shard IS NULL OR j.shard = u.shard)
-        RETURNING j.id, j.cancel_requested_at IS NULL AS go
+        RETURNING j.id, j.cancel_requested_at IS NULL AS go, j.deadline_at - j.started_at AS timeout
     )
-    SELECT u.id, CASE WHEN s.go THEN 'started' WHEN NOT s.go THEN 'cancel_requested' ELSE 'lease_lost' END
+    SELECT u.id, CASE WHEN s.go THEN 'started' WHEN NOT s.go THEN 'cancel_requested' ELSE 'lease_lost' END,
+           CASE WHEN s.go THEN s.timeout END
     FROM input u
     LEFT JOIN stamped s ON s.id = u.id;
 END

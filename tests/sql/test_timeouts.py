@@ -1,0 +1,174 @@
+"""Timeouts the database enforces: jobs.timeout, the deadline start() sets, and housekeeping that fails overdue runs.
+
+Also the bound on shutdown hand-backs (release() past config.max_handbacks makes the job dead).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+
+from tests.sql.helpers import (
+    Conn,
+    claim_one,
+    complete,
+    enqueue,
+    expire_leases,
+    fail,
+    heartbeat,
+    history,
+    job,
+    pair,
+    register_tasks,
+    release,
+    scalar,
+)
+
+
+def start(conn: Conn, pairs: list[tuple[int, int]], *, now: datetime | None = None) -> dict[int, tuple[str, object]]:
+    rows = conn.execute(
+        "SELECT * FROM pgsched.start(%s::bigint[], %s::bigint[], NULL, %s)",
+        [[p[0] for p in pairs], [p[1] for p in pairs], now],
+    ).fetchall()
+    return {r["job_id"]: (r["outcome"], r["timeout"]) for r in rows}
+
+
+@pytest.fixture(autouse=True)
+def _config(conn: Conn) -> None:
+    conn.execute("UPDATE pgsched.config SET timeout_grace = '5 seconds', max_handbacks = 3")
+
+
+def test_start_sets_the_deadline_and_returns_the_timeout(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, timeout=timedelta(seconds=2))
+    got = claim_one(conn, now=now)
+    at = now + timedelta(seconds=1)
+    assert start(conn, [pair(got)], now=at) == {job_id: ("started", timedelta(seconds=2))}
+    row = job(conn, job_id)
+    assert row is not None
+    assert (row["timeout"], row["deadline_at"]) == (timedelta(seconds=2), at + timedelta(seconds=2))
+
+
+def test_a_job_without_timeout_takes_its_tasks_and_else_has_no_deadline(conn: Conn, now: datetime) -> None:
+    register_tasks(conn, [{"name": "limited", "timeout": 7.5}])
+    limited = enqueue(conn, "limited")
+    free = enqueue(conn, "free")
+    a = claim_one(conn, now=now)
+    b = claim_one(conn, now=now)
+    got = start(conn, [pair(a), pair(b)], now=now)
+    assert got[limited] == ("started", timedelta(seconds=7.5))
+    assert got[free] == ("started", None)
+    assert job(conn, free)["deadline_at"] is None  # type: ignore[index]
+    # the job's own timeout wins over the task's
+    own = enqueue(conn, "limited", timeout=timedelta(seconds=1))
+    c = claim_one(conn, now=now)
+    assert start(conn, [pair(c)], now=now) == {own: ("started", timedelta(seconds=1))}
+
+
+def test_a_hung_run_is_failed_past_deadline_plus_grace_though_heartbeats_continue(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, timeout=timedelta(seconds=2), max_attempts=3)
+    got = claim_one(conn, now=now)
+    start(conn, [pair(got)], now=now)
+    for s in (1, 4, 6):  # the hung worker keeps beating: its lease never runs out
+        assert heartbeat(conn, [pair(got)], now=now + timedelta(seconds=s)) == {job_id: (True, False)}
+        assert expire_leases(conn, now=now + timedelta(seconds=s, milliseconds=900)) == 0  # within deadline + grace
+    assert expire_leases(conn, now=now + timedelta(seconds=7, milliseconds=100)) == 1
+    row = job(conn, job_id)
+    assert row is not None
+    assert row["state"] in ("available", "scheduled")  # retried by its policy (backoff)
+    assert row["last_error"] == "timed out after 2 s"
+    assert row["lease_token"] is None
+    # fenced: the hung worker's late calls are refused
+    later = now + timedelta(seconds=8)
+    assert heartbeat(conn, [pair(got)], now=later) == {job_id: (False, False)}
+    assert complete(conn, [pair(got)], now=later) == {job_id: False}
+    assert fail(conn, *pair(got), now=later) == "lease_lost"
+    assert history(conn, job_id) == []
+    kinds = [r["kind"] for r in conn.execute("SELECT kind FROM pgsched.job_events WHERE job_id = %s ORDER BY seq", [job_id])]
+    assert kinds == ["claimed", "failed"]
+
+
+def test_a_timed_out_last_attempt_is_dead(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, timeout=timedelta(milliseconds=500), max_attempts=1)
+    got = claim_one(conn, now=now)
+    start(conn, [pair(got)], now=now)
+    assert expire_leases(conn, now=now + timedelta(seconds=6)) == 1
+    [dead] = history(conn, job_id)
+    assert (dead["state"], dead["error"]) == ("dead", "timed out after 0.5 s")
+
+
+def test_a_claimed_run_not_yet_started_has_no_deadline_from_its_previous_run(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, timeout=timedelta(seconds=1), max_attempts=5)
+    first = claim_one(conn, now=now)
+    start(conn, [pair(first)], now=now)
+    assert fail(conn, *pair(first), retry_at=now, now=now + timedelta(seconds=1)) == "available"
+    second = claim_one(conn, now=now + timedelta(seconds=2))  # waits for a slot: started_at is NULL again
+    assert expire_leases(conn, now=now + timedelta(seconds=20)) == 0
+    assert job(conn, job_id)["lease_token"] == second["lease_token"]  # type: ignore[index]
+
+
+def test_the_grace_is_a_config_value(conn: Conn, now: datetime) -> None:
+    conn.execute("UPDATE pgsched.config SET timeout_grace = '0'")
+    job_id = enqueue(conn, timeout=timedelta(seconds=1))
+    got = claim_one(conn, now=now)
+    start(conn, [pair(got)], now=now)
+    assert expire_leases(conn, now=now + timedelta(seconds=1, milliseconds=100)) == 1
+    assert job(conn, job_id)["last_error"] == "timed out after 1 s"  # type: ignore[index]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE pgsched.config SET timeout_grace = '-1 second'")
+
+
+@pytest.mark.parametrize("bad", [timedelta(0), timedelta(seconds=-1)])
+def test_a_timeout_must_be_positive(conn: Conn, bad: timedelta) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation, match="timeout"):
+        enqueue(conn, timeout=bad)
+    conn.rollback()
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_timeout_positive"):
+        conn.execute("INSERT INTO pgsched.jobs (task, args, timeout) VALUES ('t', '{}', %s)", [bad])
+
+
+def test_plain_insert_sets_a_timeout(conn: Conn, now: datetime) -> None:
+    job_id = scalar(conn, "INSERT INTO pgsched.jobs (task, args, timeout) VALUES ('t', '{}', '3 s') RETURNING id")
+    got = claim_one(conn, now=now)
+    assert start(conn, [pair(got)], now=now) == {job_id: ("started", timedelta(seconds=3))}
+
+
+def test_hand_backs_at_shutdown_are_bounded(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, max_attempts=5)
+    at = now
+    for n in range(1, 4):
+        got = claim_one(conn, now=at)
+        start(conn, [pair(got)], now=at)
+        [row] = release(conn, [pair(got)], now=at)
+        assert row["outcome"] == "available"
+        assert job(conn, job_id)["handbacks"] == n  # type: ignore[index]
+        at += timedelta(seconds=1)
+    assert job(conn, job_id)["max_attempts"] == 8  # grew by one per hand-back, three times at most
+    got = claim_one(conn, now=at)
+    start(conn, [pair(got)], now=at)
+    [row] = release(conn, [pair(got)], now=at)
+    assert row["outcome"] == "dead"
+    [dead] = history(conn, job_id)
+    assert dead["state"] == "dead"
+    assert dead["error"] == "handed back unfinished at shutdown 4 times (max_handbacks 3)"
+
+
+def test_a_job_released_before_it_started_counts_no_hand_back(conn: Conn, now: datetime) -> None:
+    conn.execute("UPDATE pgsched.config SET max_handbacks = 0")
+    job_id = enqueue(conn)
+    got = claim_one(conn, now=now)  # claimed, never started (waited for a slot)
+    assert release(conn, [pair(got)], now=now)[0]["outcome"] == "available"
+    got = claim_one(conn, now=now)
+    start(conn, [pair(got)], now=now)
+    assert release(conn, [pair(got)], now=now)[0]["outcome"] == "dead"  # max_handbacks 0: the first one
+    assert history(conn, job_id)[0]["state"] == "dead"
+
+
+def test_snoozes_are_not_hand_backs(conn: Conn, now: datetime) -> None:
+    conn.execute("UPDATE pgsched.config SET max_handbacks = 0")
+    job_id = enqueue(conn)
+    got = claim_one(conn, now=now)
+    start(conn, [pair(got)], now=now)
+    assert scalar(conn, "SELECT pgsched.snooze(%s, %s, %s, %s)", [*pair(got), now, now]) == "available"
+    assert job(conn, job_id)["handbacks"] == 0  # type: ignore[index]
