@@ -20,7 +20,7 @@ from pgsched import queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 from pgsched.events import EventHooks, H
 from pgsched.handle import JobHandle
-from pgsched.task import JobSpec, Task
+from pgsched.task import JobSpec, Task, check_timeout
 
 if TYPE_CHECKING:
     from pgsched.drain import DrainResult
@@ -345,10 +345,13 @@ class App:
         max_attempts: int | None = None,
         labels: Sequence[str] | None = None,
         tenant: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> JobHandle:
         """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
 
         Options left None take the registered task's values, else the database's defaults.
+        ``timeout`` (seconds or a timedelta) limits each run: past it the run fails
+        ('timed out after N s') and is retried by the task's policy; None: the task's.
         """
         registered = task if isinstance(task, Task) else self.tasks.get(task)
         name = task.name if isinstance(task, Task) else task
@@ -366,6 +369,7 @@ class App:
             else (registered.max_attempts if registered else None),
             labels=labels if labels is not None else (registered.labels if registered else ()),
             tenant=tenant,
+            timeout=timeout,
         )
         return self.enqueue_spec(spec, conn=conn)
 
@@ -518,10 +522,17 @@ def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
         spec.max_attempts,
         list(spec.labels),
         spec.tenant,
+        None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout")),
     )
 
 
 def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
+    for n, spec in enumerate(specs, 1):
+        if spec.timeout is not None:
+            raise ValueError(
+                f"job {n} of the batch has a timeout: enqueue_many() takes none per job;"
+                " set it on the task (@app.task(timeout=...)) or enqueue the job with enqueue()"
+            )
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
     return (
         [s.task for s in specs],

@@ -1,4 +1,4 @@
-"""Runs handlers: sync ones on a pool of threads, async ones on an event loop thread."""
+"""Runs handlers: sync ones on a pool of threads (or of child processes), async ones on an event loop thread."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from pgsched.deadlines import Deadlines
 from pgsched.errors import LeaseLost
 from pgsched.job import JobContext, _current
-from pgsched.outcome import Kind, Outcome, from_exception, success
+from pgsched.loopwatch import LoopWatch
+from pgsched.outcome import Kind, Outcome, from_exception, success, timed_out
+from pgsched.procpool import ChildSlot
 from pgsched.task import Task
 
 log = logging.getLogger(__name__)
@@ -55,14 +58,32 @@ def run_sync(
         _current.reset(token)
 
 
+def time_limit(task: Task[Any, Any] | None, ctx: JobContext) -> float | None:
+    """Seconds this run may take: the job's timeout as its start recorded it, else the task's."""
+    if ctx.timeout is not None:
+        return ctx.timeout
+    return None if task is None else task.timeout
+
+
 async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
-    """Run one job's coroutine handler, honouring the task's timeout."""
+    """Run one job's coroutine handler, honouring its time limit (see time_limit)."""
     job = ctx.job
     token = _current.set(ctx)
+    limit = time_limit(task, ctx)
+    scope: asyncio.Timeout | None = None
     try:
         coro = task.call_handler(ctx)
-        value = await (asyncio.wait_for(coro, task.timeout) if task.timeout else coro)
+        if limit is None:
+            value = await coro
+        else:
+            async with asyncio.timeout(limit) as scope:
+                value = await coro
         return success(job, value)
+    except TimeoutError as exc:
+        if scope is not None and scope.expired():
+            ctx._mark_timed_out()
+            return timed_out(job, limit or 0.0)
+        return from_exception(job, exc)
     except asyncio.CancelledError:
         if ctx.lease_lost:
             return Outcome(job, Kind.DISCARD, error="lease lost")
@@ -95,20 +116,56 @@ class Executor:
     With a ``gate`` (the worker's Starter), jobs that get a slot pass
     through it first: it records their start in the database, and refuses
     those cancelled or lost meanwhile, then hands them to ``launch``.
+
+    Time limits (docs/timeouts.md): a coroutine past its limit is cancelled.
+    In the thread pool, a sync run past its limit is failed at once and its
+    thread abandoned (a thread cannot be killed) and replaced; once
+    ``max_abandoned`` abandoned threads are still running, ``on_recycle``
+    asks the worker to restart its process. With ``pool="process"``, each
+    slot runs sync handlers in a child process (loaded from ``app_ref``),
+    killed and replaced when a run overruns. With ``loop_block_timeout``, a
+    watchdog reports an event loop blocked that long (``on_loop_blocked``).
     """
 
-    def __init__(self, concurrency: int, resolve: Resolve, done: Done) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        resolve: Resolve,
+        done: Done,
+        *,
+        pool: str = "thread",
+        app_ref: str | None = None,
+        dsn: str | None = None,
+        max_abandoned: int | None = None,
+        on_recycle: Callable[[int], None] | None = None,
+        loop_block_timeout: float = 0.0,
+        on_loop_blocked: Callable[[JobContext | None, list[JobContext], float], None] | None = None,
+    ) -> None:
+        if pool not in ("thread", "process"):
+            raise ValueError(f"pool must be 'thread' or 'process', not {pool!r}")
+        if pool == "process" and not app_ref:
+            raise ValueError("the process pool needs the app's MODULE:ATTRIBUTE (app_ref) to load it in its children")
         self._concurrency = concurrency
         self._resolve = resolve
         self._done = done
+        self.pool = pool
+        self._app_ref = app_ref
+        self.dsn = dsn
+        self.max_abandoned = max(1, concurrency // 2) if max_abandoned is None else max_abandoned
+        self._on_recycle = on_recycle
+        self.abandoned = 0  # abandoned threads still running their overrun handler
+        self.timeouts = 0  # runs failed for overrunning their limit
+        self._deadlines: Deadlines | None = None
+        self._slots: list[ChildSlot] = []
+        self._loop_block_timeout = loop_block_timeout
+        self._on_loop_blocked = on_loop_blocked
+        self._watch: LoopWatch | None = None
+        self._loop_jobs: dict[int, JobContext] = {}  # jobs handed to the event loop, until they finish
         self._lock = threading.Lock()
         self._waiting: deque[JobContext] = deque()
         self._running = 0
         self._queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._thread_loop, name=f"pgsched-handler-{i}", daemon=True)
-            for i in range(concurrency)
-        ]
+        self._threads = [self._new_thread(i) for i in range(concurrency)]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
         self._loop_thread: threading.Thread | None = None
@@ -116,9 +173,24 @@ class Executor:
         self._started = threading.Event()
         self.gate: Callable[[list[JobContext]], None] | None = None
 
+    def _new_thread(self, i: int) -> threading.Thread:
+        slot = None
+        if self.pool == "process":
+            assert self._app_ref is not None
+            slot = ChildSlot(self._app_ref, dsn=lambda: self.dsn, name=f"pgsched-handler-process-{i}")
+            self._slots.append(slot)
+        return threading.Thread(target=self._thread_loop, args=(slot,), name=f"pgsched-handler-{i}", daemon=True)
+
     def start(self) -> None:
+        if self.pool == "thread":
+            self._deadlines = Deadlines(self._overrun)
         for thread in self._threads:
             thread.start()
+
+    @property
+    def loop_blocked(self) -> bool:
+        """True while the watchdog sees the event loop blocked past its threshold."""
+        return self._watch is not None and self._watch.blocked
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:
@@ -128,7 +200,22 @@ class Executor:
                 self._loop_thread = threading.Thread(target=self._run_loop, name="pgsched-async", daemon=True)
                 self._loop_thread.start()
                 self._started.wait()
+                if self._loop_block_timeout > 0 and self._on_loop_blocked is not None:
+                    self._watch = LoopWatch(
+                        loop,
+                        self._loop_thread,
+                        threshold=self._loop_block_timeout,
+                        jobs=self._stuck_jobs,
+                        on_blocked=self._on_loop_blocked,
+                        frames={run_async.__code__, Executor._tracked.__code__},
+                    )
+                    self._watch.start()
             return self._loop
+
+    def _stuck_jobs(self) -> list[JobContext]:
+        """The jobs a blocked loop holds up: those handed to it, and those waiting for a slot."""
+        with self._lock:
+            return [*self._loop_jobs.values(), *self._waiting]
 
     def _run_loop(self) -> None:
         assert self._loop is not None
@@ -183,6 +270,9 @@ class Executor:
             else:
                 self._queue.put(ctx)
         if coroutines:
+            with self._lock:
+                for _, ctx in coroutines:
+                    self._loop_jobs[ctx.id] = ctx
             loop = self._ensure_loop()
             if threading.current_thread() is self._loop_thread:
                 self._start_coroutines(coroutines)
@@ -195,6 +285,8 @@ class Executor:
         except Exception:  # pragma: no cover - a bug in the worker; keep the slot accounting right
             log.exception("recording the outcome of job %s failed", ctx.id)
         with self._lock:
+            if self._loop_jobs.get(ctx.id) is ctx:
+                del self._loop_jobs[ctx.id]
             self._running -= 1
             starting = self._take_slots()
         self._admit(starting)
@@ -219,16 +311,65 @@ class Executor:
 
     # -- sync handlers (on the pool's threads) ---------------------------
 
-    def _thread_loop(self) -> None:
+    def _thread_loop(self, slot: ChildSlot | None) -> None:
+        if slot is not None:
+            try:
+                slot.ensure()  # ready before the first job: its start latency is not a child's start
+            except RuntimeError as exc:
+                log.error("%s; its jobs will fail until a new one loads", exc)
         while True:
             ctx = self._queue.get()
             if ctx is None:
+                if slot is not None:
+                    slot.close()
                 return
             if ctx.should_stop:
-                outcome = _stopped_before_start(ctx)
-            else:
-                outcome = run_sync(self._resolve(ctx.job.task), ctx, functools.partial(self._await_for, ctx))
+                self._finish(ctx, _stopped_before_start(ctx))
+                continue
+            task = self._resolve(ctx.job.task)
+            limit = time_limit(task, ctx)
+            if slot is not None and task is not None:
+                ran = slot.run(ctx, limit)
+                if ran is not None and ran.kind is not Kind.DISCARD and ctx.timed_out:
+                    self.timeouts += 1
+                self._finish(ctx, _stopped_before_start(ctx) if ran is None else ran)
+                continue
+            deadlines = self._deadlines if limit is not None else None
+            if deadlines is not None:
+                assert limit is not None
+                deadlines.watch(ctx, limit)
+            outcome = run_sync(task, ctx, functools.partial(self._await_for, ctx))
+            if deadlines is not None and not deadlines.settle(ctx):
+                # Overran: the job was failed and this thread replaced; it leaves the pool.
+                with self._lock:
+                    self.abandoned -= 1
+                log.info("job %s: the abandoned handler returned at last; its thread exits", ctx.id)
+                return
             self._finish(ctx, outcome)
+
+    def _overrun(self, ctx: JobContext, limit: float) -> None:
+        """A sync run passed its limit (the deadlines thread): fail the job, abandon and replace its thread."""
+        ctx._mark_timed_out()
+        with self._lock:
+            self.abandoned += 1
+            self.timeouts += 1
+            abandoned = self.abandoned
+            thread = self._new_thread(len(self._threads))
+            self._threads.append(thread)
+        thread.start()
+        log.error(
+            "job %s (%s): sync handler still running after its %g s timeout; the job fails, its thread is "
+            "abandoned (%d abandoned, recycling the worker at %d)",
+            ctx.id,
+            ctx.task,
+            limit,
+            abandoned,
+            self.max_abandoned,
+            extra={"job_id": ctx.id, "task": ctx.task},
+        )
+        self._finish(ctx, timed_out(ctx.job, limit))
+        if abandoned >= self.max_abandoned and self._on_recycle is not None:
+            self._on_recycle(abandoned)
 
     def _await_for(self, ctx: JobContext, awaitable: Awaitable[Any]) -> Any:
         return self._on_loop(ctx, _await(awaitable))
@@ -275,6 +416,10 @@ class Executor:
         return taken
 
     def shutdown(self) -> None:
+        if self._deadlines is not None:
+            self._deadlines.close()
+        if self._watch is not None:
+            self._watch.close()
         for _ in self._threads:
             self._queue.put(None)
         loop = self._loop

@@ -70,6 +70,9 @@ class JobContext:
     _stamped: bool = field(default=False, repr=False)  # its start is recorded already (claimed into a free slot)
     _waker: threading.Event | None = field(default=None, repr=False)
     _started: float = field(default=0.0, repr=False)  # perf_counter() when the handler was called (0: never)
+    _timed_out: bool = field(default=False, repr=False)
+    # Seconds this run may take (the job's timeout, else its task's), as start() said; None: none recorded.
+    timeout: float | None = None
 
     @property
     def id(self) -> int:
@@ -121,7 +124,12 @@ class JobContext:
     @property
     def should_stop(self) -> bool:
         """True once the handler should return soon: cancelled, its worker stopping, or its lease lost."""
-        return self._cancelled or self._stopping or self._lost
+        return self._cancelled or self._stopping or self._lost or self._timed_out
+
+    @property
+    def timed_out(self) -> bool:
+        """True once this run overran its timeout: the job was failed already, whatever this run does next."""
+        return self._timed_out
 
     @property
     def lease_lost(self) -> bool:
@@ -132,6 +140,8 @@ class JobContext:
         """Raise when the handler should stop now: LeaseLost, JobCancelled, or WorkerStopping."""
         if self._lost:
             raise LeaseLost(f"job {self.id}: lease lost (token {self.lease_token} is stale)")
+        if self._timed_out:
+            raise LeaseLost(f"job {self.id}: timed out; the job was failed and this run's result is discarded")
         if self._cancelled:
             raise JobCancelled(f"job {self.id}: cancellation requested")
         if self._stopping:
@@ -155,6 +165,10 @@ class JobContext:
 
     def _request_stop(self) -> None:
         self._stopping = True
+        self._wake()
+
+    def _mark_timed_out(self) -> None:
+        self._timed_out = True
         self._wake()
 
     def _mark_lease_lost(self) -> None:

@@ -53,6 +53,16 @@ def success(job: ClaimedJob, value: Any) -> Outcome:
     return Outcome(job, Kind.COMPLETE, result=text)
 
 
+def timed_out(job: ClaimedJob, seconds: float) -> Outcome:
+    """A run that overran its timeout: a failure, retried by the job's policy (the same words the database uses)."""
+    return Outcome(job, Kind.FAIL, error=f"timed out after {format_seconds(seconds)} s")
+
+
+def format_seconds(seconds: float) -> str:
+    """2.0 -> '2', 0.5 -> '0.5': as pgsched._fail_overdue prints a timeout (milliseconds at most)."""
+    return f"{round(seconds, 3):.3f}".rstrip("0").rstrip(".")
+
+
 def from_exception(job: ClaimedJob, exc: BaseException) -> Outcome:
     """Map what a handler raised to the transition it asks for."""
     if isinstance(exc, LeaseLost):

@@ -5,7 +5,7 @@
 -- Every parameter is cast to the type of the function's: a value out of range
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
-                       %s::text, %s::integer, %s::text[], %s::text);
+                       %s::text, %s::integer, %s::text[], %s::text, %s::interval);
 
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job),
@@ -34,18 +34,20 @@ WITH c AS MATERIALIZED (
            priority, tenant, created_at, lease_expires_at, pg_catalog.row_number() OVER () AS n
     FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s)
 ), s AS MATERIALIZED (
-    SELECT s.job_id, s.outcome
+    SELECT s.job_id, s.outcome, s.timeout
     FROM pgsched.start(ARRAY(SELECT c.id FROM c WHERE c.n <= %s ORDER BY c.n),
                        ARRAY(SELECT c.lease_token FROM c WHERE c.n <= %s ORDER BY c.n),
                        ARRAY(SELECT c.shard FROM c WHERE c.n <= %s ORDER BY c.n)) s
 )
 SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
-       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, s.outcome AS started
+       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, s.outcome AS started,
+       extract(epoch FROM s.timeout)::float8 AS timeout
 FROM c LEFT JOIN s ON s.job_id = c.id
 ORDER BY c.n;
 
 -- name: start
-SELECT job_id, outcome FROM pgsched.start(%s::bigint[], %s::bigint[], %s::smallint[]);
+SELECT job_id, outcome, extract(epoch FROM timeout)::float8 AS timeout
+FROM pgsched.start(%s::bigint[], %s::bigint[], %s::smallint[]);
 
 -- name: cancels_requested
 SELECT pgsched.cancels_requested(%s::bigint[], %s::bigint[]);

@@ -111,8 +111,9 @@ class Starter:
                 return True
             self.statements += 1
             by_id = {ctx.id: ctx for ctx in live}
-            for job_id, outcome in rows:
+            for job_id, outcome, timeout in rows:
                 ctx = by_id[job_id]
+                ctx.timeout = timeout
                 if outcome == "cancel_requested":
                     log.info("job %s: cancelled before it started", job_id, extra={"job_id": job_id})
                     ctx._request_cancel()
@@ -122,5 +123,7 @@ class Starter:
             return True
 
 
-def _start(conn: psycopg.Connection[Any], params: tuple[list[int], list[int], list[int]]) -> list[tuple[int, str]]:
+def _start(
+    conn: psycopg.Connection[Any], params: tuple[list[int], list[int], list[int]]
+) -> list[tuple[int, str, float | None]]:
     return conn.execute(queries.START, params).fetchall()

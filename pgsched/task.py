@@ -31,6 +31,7 @@ class JobSpec:
     """A job to enqueue: task name, JSON args and options (None means the task's or the database's default).
 
     ``delay`` is added to the database's clock at enqueue; ``run_at`` wins when both are set.
+    ``timeout`` (seconds, or a timedelta) limits each run of the job; None: the task's, else none.
     Only None means a default: ``priority=0`` and ``delay=timedelta(0)`` are values like any
     other, and ``max_attempts`` below 1 is refused (ValueError) instead of becoming the default.
     """
@@ -45,8 +46,11 @@ class JobSpec:
     max_attempts: int | None = None
     labels: Sequence[str] = ()
     tenant: str | None = None
+    timeout: float | timedelta | None = None
 
     def __post_init__(self) -> None:
+        if self.timeout is not None:
+            check_timeout(self.timeout, f"timeout of a {self.task!r} job")
         for name in ("priority", "max_attempts"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -77,8 +81,21 @@ class JobSpec:
 
 
 _OPTION_NAMES = frozenset(
-    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant"}
+    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant", "timeout"}
 )
+
+
+def check_timeout(value: float | timedelta, what: str) -> float:
+    """A timeout in seconds: positive and finite, else ValueError (TypeError for other types)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"{what} must be seconds (a number) or a timedelta, not {value!r}")
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{what} must be positive (None means none), not {value!r}")
+    return seconds
 
 
 class Task(Generic[P, R]):
@@ -114,7 +131,7 @@ class Task(Generic[P, R]):
         self.retry_backoff_max = retry_backoff_max
         self.retry_jitter = retry_jitter
         self.labels = tuple(labels)
-        self.timeout = timeout
+        self.timeout = None if timeout is None else check_timeout(timeout, f"timeout of task {name!r}")
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self.context_param = _context_parameter(self.signature)
@@ -191,7 +208,7 @@ class Task(Generic[P, R]):
         return await self.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
 
     def using(self, **options: Any) -> BoundTask:
-        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant."""
+        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant, timeout."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
@@ -206,6 +223,7 @@ class Task(Generic[P, R]):
             "backoff_base": self.retry_backoff,
             "backoff_max": self.retry_backoff_max,
             "backoff_jitter": self.retry_jitter,
+            "timeout": self.timeout,
         }
 
     def call_handler(self, ctx: JobContext) -> Any:

@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live worker serves
+# Worker.run()'s exit code when abandoned handler threads piled up: restart the process
+# (`pgsched worker` re-executes itself; with --recycle exit it exits with it, EX_TEMPFAIL).
+RECYCLE_EXIT_CODE = 75
 
 
 @dataclass(kw_only=True)
@@ -76,6 +79,10 @@ class WorkerOptions:
     metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
     metrics_host: str = "127.0.0.1"  # the address metrics_port listens on (0.0.0.0: every interface)
     stats: dict[str, int] = field(default_factory=dict)
+    pool: str = "thread"  # sync handlers on threads, or "process": in child processes (docs/timeouts.md)
+    app_ref: str | None = None  # MODULE:ATTRIBUTE of the app, for the process pool's children
+    max_abandoned: int | None = None  # abandoned overrunning threads before recycling (default: concurrency // 2, >= 1)
+    loop_block_timeout: float = 10.0  # seconds the event loop may be blocked before its other jobs are let go (0: off)
 
     def validate(self) -> None:
         if not self.queues:
@@ -92,6 +99,14 @@ class WorkerOptions:
             raise ConfigurationError("the vacuum interval must be positive, or 0 to leave vacuuming to autovacuum")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("the metrics port must be between 0 and 65535")
+        if self.pool not in ("thread", "process"):
+            raise ConfigurationError(f"the pool must be 'thread' or 'process', not {self.pool!r}")
+        if self.pool == "process" and not self.app_ref:
+            raise ConfigurationError("the process pool needs the app as MODULE:ATTRIBUTE (app_ref, --app)")
+        if self.max_abandoned is not None and self.max_abandoned < 1:
+            raise ConfigurationError("max_abandoned must be at least 1")
+        if self.loop_block_timeout < 0:
+            raise ConfigurationError("the loop block timeout must be positive, or 0 to turn the watchdog off")
 
 
 def default_worker_name() -> str:
@@ -121,7 +136,18 @@ class Worker:
         self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
         self._next_unserved_check = 0.0
         self.counts = {"claimed": 0, "completed": 0, "failed": 0, "snoozed": 0, "dead": 0, "lost": 0, "cancelled": 0}
-        self._executor = Executor(self.options.concurrency, self.app.tasks.get, self._on_done)
+        self._recycle = False
+        self._executor = Executor(
+            self.options.concurrency,
+            self.app.tasks.get,
+            self._on_done,
+            pool=self.options.pool,
+            app_ref=self.options.app_ref,
+            max_abandoned=self.options.max_abandoned,
+            on_recycle=self._on_recycle,
+            loop_block_timeout=self.options.loop_block_timeout,
+            on_loop_blocked=self._on_loop_blocked,
+        )
         self._completer: Completer | None = None
         self._starter: Starter | None = None
         self._heartbeater: Heartbeater | None = None
@@ -199,6 +225,7 @@ class Worker:
             listening=lambda: self._listener is not None and self._listener.connected.is_set(),
         )
         self._starter = Starter(dsn, launch=self._executor.launch, stop=self._giving_up, prepare=opts.prepare)
+        self._executor.dsn = dsn  # the process pool's children enqueue into the same database
         self._executor.gate = self._starter.submit
         if opts.listen:
             self._listener = Listener(
@@ -238,7 +265,7 @@ class Worker:
             self._claim_loop()
         finally:
             self._shutdown()
-        return 0
+        return RECYCLE_EXIT_CODE if self._recycle else 0
 
     def _start_metrics(self) -> None:
         if self.options.metrics_port is None:
@@ -299,7 +326,9 @@ class Worker:
                 # handler slot has been idle for a poll interval (behind long
                 # jobs, the batch might never fill).
                 idle_slot = held < opts.concurrency and time.monotonic() - self._last_claim >= opts.poll_interval
-                if free >= self._threshold or (free > 0 and (held == 0 or idle_slot)):
+                if self._executor.loop_blocked:
+                    pass  # claimed jobs would wait behind the blocked loop: leave them to other workers
+                elif free >= self._threshold or (free > 0 and (held == 0 or idle_slot)):
                     self._last_claim = time.monotonic()
                     claimed = self._claim(min(free, opts.max_claim))
                     if claimed == min(free, opts.max_claim):
@@ -327,15 +356,15 @@ class Worker:
         # slot takes them (the starter).
         at_once = min(n, self._executor.free_slots())
 
-        def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None]]:
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None, float | None]]:
             names = self._queues.current(conn)
             claim_args = (self.name, names, n, timedelta(seconds=opts.lease), list(opts.labels), start_shard)
             if not at_once:
                 with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
-                    return [(job, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
+                    return [(job, None, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
             with conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(queries.CLAIM_AND_START, (*claim_args, at_once, at_once, at_once)).fetchall()
-            return [(ClaimedJob(**{k: v for k, v in row.items() if k != "started"}), row["started"]) for row in rows]
+            return [(ClaimedJob(**_claimed(row)), row["started"], row["timeout"]) for row in rows]
 
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
@@ -343,12 +372,12 @@ class Worker:
         self._queues.claimed(n, len(jobs))
         if not jobs:
             return 0
-        contexts = [_context(job, self.name, outcome) for job, outcome in jobs]
+        contexts = [_context(job, self.name, outcome, timeout) for job, outcome, timeout in jobs]
         with self._lock:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
-        self.metrics.claimed_jobs([job for job, _ in jobs], opts.lease)
+        self.metrics.claimed_jobs([job for job, _, _ in jobs], opts.lease)
         self._executor.submit_many(contexts)
         return len(jobs)
 
@@ -466,8 +495,8 @@ class Worker:
             )
 
     def _lease_pairs(self) -> list[tuple[int, int]]:
-        with self._lock:
-            pairs = [(ctx.id, ctx.lease_token) for ctx in self._held.values()]
+        with self._lock:  # not those let go (lost, or stuck behind a blocked loop): their leases run out
+            pairs = [(ctx.id, ctx.lease_token) for ctx in self._held.values() if not ctx.lease_lost]
         if self._completer is not None:
             pairs += self._completer.pending_jobs()
         return pairs
@@ -479,6 +508,23 @@ class Worker:
             log.warning("job %s: lease lost; telling its handler to stop", job_id, extra={"job_id": job_id})
             ctx._mark_lease_lost()
             self._executor.cancel_async(job_id)
+
+    def _on_recycle(self, abandoned: int) -> None:
+        if not self._recycle:
+            log.error(
+                "%d handler threads abandoned after overrunning their timeouts: recycling this worker "
+                "(no new claims; running jobs get --shutdown-timeout to finish; then the process restarts)",
+                abandoned,
+            )
+            self._recycle = True
+            self.stop()
+
+    def _on_loop_blocked(self, blocker: JobContext | None, stuck: list[JobContext], _seconds: float) -> None:
+        """Let go of the jobs behind a blocked event loop: no more renewals, their results discarded."""
+        for ctx in stuck:
+            if not ctx.lease_lost:
+                ctx._mark_lease_lost()
+                self._executor.cancel_async(ctx.id)
 
     def _on_cancel_requested(self, job_id: int) -> None:
         with self._lock:
@@ -564,9 +610,13 @@ def _retry_outcome(outcome: Outcome) -> str:
     return "snoozed" if outcome.kind is Kind.SNOOZE else "retried"
 
 
-def _context(job: ClaimedJob, worker: str, started: str | None) -> JobContext:
+def _claimed(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in ("started", "timeout")}
+
+
+def _context(job: ClaimedJob, worker: str, started: str | None, timeout: float | None) -> JobContext:
     """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
-    ctx = JobContext(job=job, worker=worker)
+    ctx = JobContext(job=job, worker=worker, timeout=timeout)
     if started == "started":
         ctx._stamped = True
     elif started == "cancel_requested":

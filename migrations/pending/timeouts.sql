@@ -24,6 +24,8 @@ ALTER TABLE pgsched.config
 -- A plain INSERT may set a job's timeout.
 GRANT INSERT (timeout) ON pgsched.jobs TO pgsched_enqueue;
 
--- (After the changed function files: start() is recreated by them; the
--- worker role keeps EXECUTE on the new start().)
+-- After the changed function files (enqueue and start are created anew,
+-- _fail_overdue is new): the privileges a fresh install gives them.
+REVOKE EXECUTE ON FUNCTION pgsched.enqueue, pgsched.start, pgsched._fail_overdue FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgsched.enqueue TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.start TO pgsched_worker;

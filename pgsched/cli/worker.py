@@ -12,6 +12,8 @@ import click
 
 from pgsched.cli.common import handle_errors, state
 
+RECYCLE_EXIT_CODE = 75  # pgsched.worker.RECYCLE_EXIT_CODE (not imported here: the CLI loads the worker lazily)
+
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
@@ -134,6 +136,40 @@ def worker_options(fn: F) -> F:
             default=None,
             help=METRICS_HELP + " The worker's own counters and histograms (queue-wide gauges: scanner, dashboard).",
         ),
+        click.option(
+            "--pool",
+            type=click.Choice(["thread", "process"]),
+            default="thread",
+            show_default=True,
+            envvar="PGSCHED_POOL",
+            help="Where sync handlers run: threads (an overrunning one is abandoned), or child processes "
+            "(an overrunning one is killed and replaced). See docs/timeouts.md.",
+        ),
+        click.option(
+            "--max-abandoned-threads",
+            "max_abandoned",
+            type=click.IntRange(1, None),
+            default=None,
+            help="Thread pool: recycle the worker process once this many threads are still stuck in handlers "
+            "that overran their timeout [default: concurrency / 2, at least 1].",
+        ),
+        click.option(
+            "--recycle",
+            type=click.Choice(["reexec", "exit"]),
+            default="reexec",
+            show_default=True,
+            envvar="PGSCHED_RECYCLE",
+            help="How a recycled worker comes back: re-execute itself in place (same PID, same arguments), "
+            f"or exit with code {RECYCLE_EXIT_CODE} for a supervisor to restart it.",
+        ),
+        click.option(
+            "--loop-block-timeout",
+            type=click.FloatRange(0, None),
+            default=10.0,
+            show_default=True,
+            help="Seconds the async handlers' event loop may stay blocked before the worker logs the job "
+            "blocking it and stops renewing the leases of the jobs behind it (0: off).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -156,6 +192,10 @@ def _worker_options(
     no_housekeeping: bool,
     vacuum_interval: float,
     metrics: tuple[str, int] | None,
+    pool: str = "thread",
+    app_ref: str | None = None,
+    max_abandoned: int | None = None,
+    loop_block_timeout: float = 10.0,
     **_: Any,
 ) -> WorkerOptions:
     from pgsched.worker import WorkerOptions
@@ -176,27 +216,46 @@ def _worker_options(
         vacuum_interval=vacuum_interval,
         metrics_port=None if metrics is None else metrics[1],
         metrics_host=DEFAULT_METRICS_HOST if metrics is None else metrics[0],
+        pool=pool,
+        app_ref=app_ref,
+        max_abandoned=max_abandoned,
+        loop_block_timeout=loop_block_timeout,
     )
+
+
+def _exit_or_reexec(code: int, recycle: str) -> None:
+    """Exit with the worker's code; a recycled worker (code 75) re-executes itself unless --recycle exit."""
+    if code == RECYCLE_EXIT_CODE and recycle == "reexec":
+        import os
+
+        argv = [sys.executable, "-m", "pgsched", *sys.argv[1:]]
+        log.warning("re-executing the worker in place (pid %d): %s", os.getpid(), " ".join(argv[2:]))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, argv)
+    sys.exit(code)
 
 
 @click.command()
 @worker_options
 @click.pass_context
 @handle_errors
-def worker(ctx: click.Context, /, app_ref: str, **options: Any) -> None:
+def worker(ctx: click.Context, /, app_ref: str, recycle: str, **options: Any) -> None:
     """Run a worker: claim due jobs of QUEUES and run their handlers.
 
     \b
     Signals: SIGTERM or SIGINT stops claiming, lets running jobs finish for
     --shutdown-timeout seconds, then asks the rest to stop and hands them
     back to the queue. A second signal hands everything back at once.
+    Exit codes: 0 stopped; 75 recycled (with --recycle exit: restart it).
     """
     from pgsched.loader import load_app
     from pgsched.worker import Worker
 
     app = load_app(app_ref)
     app.configure(state(ctx).resolve())
-    sys.exit(Worker(app, _worker_options(**options)).run())
+    _exit_or_reexec(Worker(app, _worker_options(app_ref=app_ref, **options)).run(), recycle)
 
 
 @click.command()
@@ -283,7 +342,7 @@ def scanner(
 )
 @click.pass_context
 @handle_errors
-def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, **options: Any) -> None:
+def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, recycle: str, **options: Any) -> None:
     """Run a worker and a scanner in one process (for small deployments).
 
     Takes every option of `pgsched worker`; --metrics-port serves the worker's
@@ -298,7 +357,7 @@ def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, **options: An
     dsn = state(ctx).resolve()
     app = load_app(app_ref)
     app.configure(dsn)
-    worker_opts = _worker_options(**options)
+    worker_opts = _worker_options(app_ref=app_ref, **options)
     metrics = None if worker_opts.metrics_port is None else (worker_opts.metrics_host, worker_opts.metrics_port)
     worker_opts.metrics_port = None  # served below, with the queue gauges
     # The worker vacuums; one vacuum thread per process is enough.
@@ -321,7 +380,7 @@ def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, **options: An
         finally:
             scan.stop()
             thread.join(timeout=10)
-    sys.exit(code)
+    _exit_or_reexec(code, recycle)
 
 
 @contextmanager
