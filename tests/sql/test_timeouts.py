@@ -85,7 +85,9 @@ def test_a_hung_run_is_failed_past_deadline_plus_grace_though_heartbeats_continu
     assert complete(conn, [pair(got)], now=later) == {job_id: False}
     assert fail(conn, *pair(got), now=later) == "lease_lost"
     assert history(conn, job_id) == []
-    kinds = [r["kind"] for r in conn.execute("SELECT kind FROM pgsched.job_events WHERE job_id = %s ORDER BY seq", [job_id])]
+    kinds = [
+        r["kind"] for r in conn.execute("SELECT kind FROM pgsched.job_events WHERE job_id = %s ORDER BY seq", [job_id])
+    ]
     assert kinds == ["claimed", "failed"]
 
 
