@@ -136,12 +136,14 @@ def test_process_pool_kills_an_overrunning_child_and_replaces_it(
     assert dead["error"] == "timed out after 1 s"
     killed = [int(line) for line in mark.read_text().split()]
     assert killed[0] == first_pid  # the same child ran both, until the overrun
-    assert len(killed) == 2 and killed[1] != first_pid
+    assert len(killed) == 2
+    assert killed[1] != first_pid
     for pid in killed:  # killed, not left running
         wait_for(lambda pid=pid: not _alive(pid), 10, what=f"process {pid} gone")
     after = timeouts_app.pid.enqueue()
     new_pid = wait_state(conn, after, "completed", timeout=60)["result"]
-    assert new_pid not in killed and new_pid != os.getpid()
+    assert new_pid not in killed
+    assert new_pid != os.getpid()
     assert all(refused(conn, hung, token) for token in claimed_tokens(conn, hung))
     running.stop(30)
 
@@ -187,7 +189,8 @@ def test_the_database_fails_a_run_that_hangs_while_its_heartbeats_continue(
         row = hung.execute(
             "SELECT id, lease_token FROM pgsched.claim('hung-worker', '{default}', 1, '30 seconds')"
         ).fetchone()
-        assert row is not None and row[0] == job_id
+        assert row is not None
+        assert row[0] == job_id
         token = row[1]
         hung.execute("SELECT pgsched.start(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])", [job_id, token])
         start_worker(queues=["elsewhere"], lease=4)  # housekeeping only: it serves another queue
@@ -251,7 +254,7 @@ def test_a_blocked_event_loop_lets_go_of_the_jobs_behind_it(
         assert [r["leased_by"] for r in rows] == ["other"]
         assert took < 30, f"the jobs behind the blocked loop took {took:.1f}s to complete elsewhere"
         assert job(conn, spin_id)["state"] == "running"  # type: ignore[index]  # the blocker keeps its lease
-        assert any(f"blocked for" in r.message and f"job {spin_id} (spin)" in r.message for r in caplog.records)
+        assert any("blocked for" in r.message and f"job {spin_id} (spin)" in r.message for r in caplog.records)
     finally:
         release.set()
     wait_state(conn, spin_id, "completed", timeout=30)
