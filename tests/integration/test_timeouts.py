@@ -258,3 +258,36 @@ def test_a_blocked_event_loop_lets_go_of_the_jobs_behind_it(
     finally:
         release.set()
     wait_state(conn, spin_id, "completed", timeout=30)
+
+
+def test_a_job_handed_back_at_every_shutdown_goes_dead_after_max_handbacks(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    """A poison job that hangs every worker is handed back at three deploys, and dead at the fourth."""
+    release = threading.Event()
+
+    @app.task(name="poison", max_attempts=5)
+    def poison() -> None:
+        release.wait(60)  # deaf to the stop request
+
+    job_id = poison.enqueue()
+    try:
+        for n in range(1, 5):
+            running = start_worker(concurrency=1, shutdown_timeout=0.2, name=f"deploy-{n}")
+            wait_for(
+                lambda n=n: (
+                    (job(conn, job_id) or {}).get("leased_by") == f"deploy-{n}"
+                    and (job(conn, job_id) or {}).get("started_at") is not None
+                ),
+                20,
+                what=f"deploy {n} to run the job",
+            )
+            running.stop(30)
+            row = job(conn, job_id)
+            assert row is not None
+            if n < 4:
+                assert (row["state"], row["handbacks"], row["max_attempts"]) == ("available", n, 5 + n)
+        assert row["state"] == "dead"
+        assert row["error"] == "handed back unfinished at shutdown 4 times (max_handbacks 3)"
+    finally:
+        release.set()
