@@ -357,6 +357,7 @@ class Executor:
             thread = self._new_thread(len(self._threads))
             self._threads.append(thread)
         thread.start()
+        self.cancel_async(ctx.id)  # a coroutine it awaits on the loop (a sync wrapper of an async def) stops too
         log.error(
             "job %s (%s): sync handler still running after its %g s timeout; the job fails, its thread is "
             "abandoned (%d abandoned, recycling the worker at %d)",
