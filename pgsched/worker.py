@@ -409,7 +409,12 @@ class Worker:
         if ctx.cancel_requested and outcome.kind is Kind.COMPLETE:
             # Returning after a cancel request acknowledges it: fail() records
             # a cancel-requested job as cancelled (fenced by its token).
-            outcome = Outcome(ctx.job, Kind.FAIL, error="cancelled: the handler returned after the cancel request")
+            outcome = Outcome(
+                ctx.job,
+                Kind.FAIL,
+                result=outcome.result,
+                error="cancelled: the handler returned after the cancel request",
+            )
         if outcome.kind is Kind.DISCARD:
             self.counts["lost"] += 1
             self.metrics.count(ctx.queue, ctx.task, "lost")
