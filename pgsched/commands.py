@@ -12,8 +12,9 @@ other worker ever claims one. The runner starts the program:
   never the worker's own environment, except the variables named by
   ``--command-pass-env``;
 - in ``cwd`` (default: the worker user's home), stdin from /dev/null;
-- on Linux with PR_SET_PDEATHSIG = SIGKILL, so a worker that dies, even by
-  SIGKILL, takes the program with it.
+- under a small supervisor (``_supervise.py``, the group's leader) that, on
+  Linux, gets a death signal (PR_SET_PDEATHSIG) when the worker dies, even by
+  SIGKILL, and then kills the whole group: the program and all it started.
 
 It enforces the command's own timeout (args ``timeout_s``): at the timeout,
 at a cancel request, at a lost lease and at the worker's shutdown, the group
@@ -26,7 +27,6 @@ holds ``exit_code`` (negative: the signal that ended it), ``stdout`` and
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import pwd
@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgsched.errors import LeaseLost, RunFailed, WorkerStopping
@@ -60,7 +61,8 @@ MAX_ARGV_BYTES = 256 * 1024
 MAX_ENV = 1000
 MAX_ENV_BYTES = 256 * 1024
 
-_PR_SET_PDEATHSIG = 1
+# The program's parent: arms the death signal and kills the group when the worker dies.
+SUPERVISOR = str(Path(__file__).with_name("_supervise.py"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +185,7 @@ def run(
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            argv,
+            [sys.executable, "-I", "-S", SUPERVISOR, str(os.getpid()), *argv],
             env=environment,
             cwd=cwd or environment.get("HOME") or "/",
             stdin=subprocess.DEVNULL,
@@ -191,7 +193,6 @@ def run(
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
         )
     except (OSError, ValueError) as exc:
         err.add(f"pgsched: cannot run {argv[0]!r}: {exc}\n".encode())
@@ -329,31 +330,6 @@ def _env_name_ok(name: str) -> bool:
         and name.isascii()
         and all(c.isalnum() or c == "_" for c in name)
     )
-
-
-_prctl: Any = None
-if sys.platform == "linux":  # pragma: no branch
-    try:
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - no libc symbol: run without the death signal
-        _prctl = None
-
-
-def _die_with_parent(parent: int) -> Any:
-    """A preexec_fn: SIGKILL this child when the worker thread that started it dies (PR_SET_PDEATHSIG).
-
-    Resolved before the fork; the child only makes one call. If the worker
-    died between the fork and the call, the child exits at once.
-    """
-    prctl = _prctl
-
-    def setup() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(137)
-
-    return setup
 
 
 def serve_commands(app: App, worker_options: WorkerOptions, options: CommandOptions | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -303,3 +304,30 @@ def test_the_kill_grace_and_pass_env_options_are_checked() -> None:
     with pytest.raises(ValueError, match="not an environment variable name"):
         CommandOptions(pass_env=("A=B",))
     assert os.environ.get("PGSCHED_TEST_SECRET") is None
+
+
+def test_a_worker_killed_by_sigkill_takes_its_command_and_all_it_started_with_it(
+    dsn: str, app: App, tmp_path: Path
+) -> None:
+    from tests.e2e.clirun import command, environment
+
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [*command(), "worker", "--commands", "--lease", "5", "--poll-interval", "0.2"],
+        env=environment({"PGSCHED_DSN": dsn}),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        script = f"sleep 300 & echo $! > {tmp_path}/grandchild; echo $$ > {tmp_path}/child; wait"
+        app.enqueue_command(["sh", "-c", script])
+        child, grandchild = _pid(tmp_path / "child"), _pid(tmp_path / "grandchild")
+        assert not _gone(child)
+        worker.kill()
+        worker.wait(10)
+        wait_for(lambda: _gone(child) and _gone(grandchild), 10, what="the command's processes gone with the worker")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        log.close()
