@@ -468,7 +468,10 @@ class App:
         non-string or NUL-bearing element or env value, a relative cwd, sizes past
         the limits; the database checks the same again.
         """
-        return JobHandle(int(self._run(conn, queries.ENQUEUE_COMMAND, _command_params(**locals()))[0][0]), self)
+        params = _command_params(
+            argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
+        )
+        return JobHandle(int(self._run(conn, queries.ENQUEUE_COMMAND, params)[0][0]), self)
 
     async def enqueue_command_async(
         self,
@@ -488,7 +491,9 @@ class App:
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> JobHandle:
         """enqueue_command() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
-        params = _command_params(**{k: v for k, v in locals().items() if k != "conn"})
+        params = _command_params(
+            argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
+        )
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE_COMMAND, params))[0][0]), self)
 
     def job(self, job_id: int) -> JobHandle:
@@ -621,8 +626,6 @@ def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
 
 
 def _command_params(
-    *,
-    self: App | None = None,
     argv: Sequence[str],
     env: Mapping[str, str] | None,
     cwd: str | None,
@@ -635,8 +638,8 @@ def _command_params(
     idempotency_key: str | None,
     labels: Sequence[str] | None,
     tenant: str | None,
-    conn: Any = None,
 ) -> tuple[Any, ...]:
+    """enqueue_command's parameters, checked as the database will (and for NUL bytes, which it cannot carry)."""
     from pgsched.commands import check_command
 
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
