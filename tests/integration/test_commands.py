@@ -331,3 +331,16 @@ def test_a_worker_killed_by_sigkill_takes_its_command_and_all_it_started_with_it
             worker.kill()
             worker.wait(10)
         log.close()
+
+
+def test_retry_redrives_a_command_as_it_was_written(app: App, conn: Conn) -> None:
+    job = app.enqueue_command(["echo", "again"], timeout=5, run_at=None, delay=None)
+    assert app.cancel(job.id) == "cancelled"
+    assert app.retry(job.id) == "retried"
+    row = conn.execute("SELECT task, args, labels, state FROM pgsched.jobs WHERE id = %s", [job.id]).fetchone()
+    assert row == {
+        "task": "pgsched.command",
+        "args": {"argv": ["echo", "again"], "env": {}, "cwd": None, "timeout_s": 5},
+        "labels": [COMMAND_LABEL],
+        "state": "available",
+    }

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgsched import App, JobContext
+from pgsched import App, JobContext, Task
 from tests.e2e.clirun import ROOT, Cli, command, environment
 from tests.integration.conftest import wait_for, wait_state
 
@@ -120,3 +120,13 @@ def test_a_service_takes_no_timeout_and_is_not_batched(app: App) -> None:
     assert repr(x) == "<Service 'svc.x' queue='default'>"
     with pytest.raises(ValueError, match="enqueue services one at a time"):
         app.enqueue_many([x.job()])
+
+    @app.task(name="svc.plain")
+    def plain() -> None: ...
+
+    assert not plain.job().service
+    job = plain.using(service=True, idempotency_key="p").enqueue()
+    assert plain.using(service=True, idempotency_key="p").enqueue().id == job.id
+    assert app.job(job.id).status().state == "available"
+    with pytest.raises(ValueError, match="takes no timeout"):
+        Task(app, plain.fn, name="svc.bad", timeout=1.0, service=True)
