@@ -33,3 +33,13 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_command;
 GRANT EXECUTE ON FUNCTION pgsched.enqueue_service TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.enqueue_command, pgsched.schema_revision TO pgsched_command;
 GRANT INSERT (service) ON pgsched.jobs TO pgsched_enqueue;
+
+-- Downgrade (for the hand-written part of the revision's .down.sql, after the
+-- function files it restores; its DROP FUNCTION lines remove enqueue_command,
+-- enqueue_service, _check_command_task and the new fail signature):
+--   REVOKE EXECUTE ON FUNCTION pgsched.fail FROM PUBLIC;
+--   GRANT EXECUTE ON FUNCTION pgsched.fail TO pgsched_worker;
+--   REVOKE INSERT (service) ON pgsched.jobs FROM pgsched_enqueue;
+--   ALTER TABLE pgsched.job_history DROP COLUMN service;
+--   ALTER TABLE pgsched.jobs DROP COLUMN service;
+--   (the role pgsched_command is cluster-wide: left in place, as the other roles are)
