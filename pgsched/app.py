@@ -7,7 +7,7 @@ import json
 import re
 import select
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -173,6 +173,46 @@ class App:
 
         if fn is not None:
             return register(fn)
+        return register
+
+    def service(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        priority: int = 0,
+        retry_backoff: float | None = None,
+        retry_backoff_max: float | None = None,
+        retry_jitter: float | None = None,
+        labels: Sequence[str] = (),
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a service: a handler that runs until its job is cancelled (docs/services.md).
+
+        Its jobs (``.enqueue(...)``, always through pgsched.enqueue_service)
+        have no timeout and are started again on another worker within a
+        lease when their worker dies; lease expiries never send them dead.
+        With an idempotency key, one job per key is alive at a time: enqueue
+        again and you get the running one. The handler should loop until
+        ``ctx.should_stop`` (take a JobContext parameter); a run that raises
+        is retried by the policy like any task, one that returns ends the
+        job completed.
+        """
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            created = self.task(
+                name=name,
+                queue=queue,
+                max_attempts=max_attempts,
+                priority=priority,
+                retry_backoff=retry_backoff,
+                retry_backoff_max=retry_backoff_max,
+                retry_jitter=retry_jitter,
+                labels=labels,
+            )(func)
+            created.service = True
+            return created
+
         return register
 
     def cron(
@@ -370,16 +410,19 @@ class App:
             labels=labels if labels is not None else (registered.labels if registered else ()),
             tenant=tenant,
             timeout=timeout,
+            service=registered.service if registered else False,
         )
         return self.enqueue_spec(spec, conn=conn)
 
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
-        return JobHandle(int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0]), self)
+        query = queries.ENQUEUE_SERVICE if spec.service else queries.ENQUEUE
+        return JobHandle(int(self._run(conn, query, _enqueue_params(spec))[0][0]), self)
 
     async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
         """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
-        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
+        query = queries.ENQUEUE_SERVICE if spec.service else queries.ENQUEUE
+        return JobHandle(int((await self._arun(conn, query, _enqueue_params(spec)))[0][0]), self)
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order.
@@ -389,7 +432,7 @@ class App:
         (InvalidJob, naming its 1-based position in the batch, its column and
         its value) leaves none of them behind.
         """
-        specs = list(jobs)
+        specs = _plain_jobs(jobs)
         if not specs:
             return []
         return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
@@ -398,11 +441,64 @@ class App:
         self, jobs: Iterable[JobSpec], *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> list[JobHandle]:
         """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
-        specs = list(jobs)
+        specs = _plain_jobs(jobs)
         if not specs:
             return []
         rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))
         return [JobHandle(int(r[0]), self) for r in rows]
+
+    def enqueue_command(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | timedelta | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        priority: int | None = None,
+        idempotency_key: str | None = None,
+        labels: Sequence[str] | None = None,
+        tenant: str | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> JobHandle:
+        """Enqueue a command job (pgsched.enqueue_command; needs the role pgsched_command): run argv on a
+        ``--commands`` worker, no shell, ``env`` over a minimal environment, killed after ``timeout``
+        (seconds or a timedelta). Its result: exit_code, stdout, stderr, duration_s (docs/commands.md).
+
+        Refused with ValueError/TypeError before any round trip: an empty argv, a
+        non-string or NUL-bearing element or env value, a relative cwd, sizes past
+        the limits; the database checks the same again.
+        """
+        params = _command_params(
+            argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
+        )
+        return JobHandle(int(self._run(conn, queries.ENQUEUE_COMMAND, params)[0][0]), self)
+
+    async def enqueue_command_async(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | timedelta | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        priority: int | None = None,
+        idempotency_key: str | None = None,
+        labels: Sequence[str] | None = None,
+        tenant: str | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> JobHandle:
+        """enqueue_command() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
+        params = _command_params(
+            argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
+        )
+        return JobHandle(int((await self._arun(conn, queries.ENQUEUE_COMMAND, params))[0][0]), self)
 
     def job(self, job_id: int) -> JobHandle:
         """A handle on an existing job by id: its status, and wait() for its result."""
@@ -523,6 +619,57 @@ def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
         list(spec.labels),
         spec.tenant,
         None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout")),
+    )
+
+
+def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
+    specs = list(jobs)
+    for i, spec in enumerate(specs):
+        if spec.service:
+            raise ValueError(f"job {i + 1} of the batch is a service: enqueue services one at a time (enqueue_spec)")
+    return specs
+
+
+def _command_params(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    timeout: float | timedelta | None,
+    queue: str | None,
+    max_attempts: int | None,
+    run_at: datetime | None,
+    delay: timedelta | None,
+    priority: int | None,
+    idempotency_key: str | None,
+    labels: Sequence[str] | None,
+    tenant: str | None,
+) -> tuple[Any, ...]:
+    """enqueue_command's parameters, checked as the database will (and for NUL bytes, which it cannot carry)."""
+    from pgsched.commands import check_command
+
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+        raise TypeError(f"timeout must be seconds or a timedelta, not {timeout!r}")
+    args, variables = check_command(argv, env, cwd, seconds)
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)):
+        raise TypeError(f"max_attempts must be an int or None, not {max_attempts!r}")
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, not {max_attempts}")
+    if labels is not None and (isinstance(labels, str) or not all(isinstance(x, str) and x for x in labels)):
+        raise ValueError(f"labels must be a sequence of non-empty strings, not {labels!r}")
+    return (
+        args,
+        Jsonb(variables),
+        cwd,
+        None if seconds is None else timedelta(seconds=seconds),
+        queue,
+        max_attempts,
+        run_at,
+        delay,
+        priority,
+        idempotency_key,
+        list(labels or ()),
+        tenant,
     )
 
 

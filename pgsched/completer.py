@@ -167,6 +167,7 @@ class Completer:
                         outcome.error or "",
                         outcome.delay if outcome.kind is Kind.RETRY_AT else None,
                         outcome.kind is Kind.DEAD,
+                        outcome.result,
                     ),
                 ).fetchone()
             assert row is not None

@@ -168,6 +168,7 @@ def _write(conn: psycopg.Connection[Any], outcome: Outcome) -> str:
                     outcome.error or "",
                     outcome.delay if outcome.kind is Kind.RETRY_AT else None,
                     outcome.kind is Kind.DEAD,
+                    outcome.result,
                 ),
             ).fetchone()
     assert row is not None

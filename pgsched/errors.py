@@ -24,6 +24,7 @@ Handlers may raise these to steer their job:
     Retry(delay)   fail this attempt and retry after delay (counts an attempt)
     Snooze(delay)  put the job back to run after delay (no failure counted)
     GiveUp(reason) fail the job for good: it goes to the dead letters at once
+    RunFailed(reason, result)  fail this attempt (retried by policy), recording result with it
     JobCancelled   raised by ``JobContext.raise_if_cancelled()`` after pgsched.cancel(): the job ends cancelled
     WorkerStopping raised by it when the worker shuts down: the job is handed back and runs again
 """
@@ -150,6 +151,20 @@ class Snooze(Exception):
 
 class GiveUp(Exception):
     """Raise from a handler to fail the job for good (it goes to the dead letters)."""
+
+
+class RunFailed(Exception):
+    """Raise from a handler to fail this attempt with ``reason``, keeping ``result`` (JSON) with it.
+
+    The attempt is retried by the task's policy like any failure; the result is
+    stored with the attempt's 'failed' event, and in the history row when the
+    job ends (dead, or cancelled). Command jobs raise it for a non-zero exit.
+    """
+
+    def __init__(self, reason: str, result: object = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.result = result
 
 
 # SQLSTATE classes that mean "this input was refused".

@@ -10,7 +10,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from pgsched.errors import GiveUp, JobCancelled, LeaseLost, Retry, Snooze
+from pgsched.errors import GiveUp, JobCancelled, LeaseLost, Retry, RunFailed, Snooze
 from pgsched.job import ClaimedJob
 
 log = logging.getLogger(__name__)
@@ -31,17 +31,21 @@ class Outcome:
 
     job: ClaimedJob
     kind: Kind
-    result: str | None = None  # JSON text, for COMPLETE
+    result: str | None = None  # JSON text: COMPLETE's result, or what a failed run recorded (RunFailed)
     error: str | None = None
     delay: timedelta | None = None  # RETRY_AT / SNOOZE: added to the database's clock
 
 
 def success(job: ClaimedJob, value: Any) -> Outcome:
     """A handler returned value: store it as the job's result when JSON can carry it."""
+    return Outcome(job, Kind.COMPLETE, result=_result_json(job, value))
+
+
+def _result_json(job: ClaimedJob, value: Any) -> str | None:
     if value is None:
-        return Outcome(job, Kind.COMPLETE)
+        return None
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         log.warning(
             "job %s: result is not JSON-serializable (%s); storing none",
@@ -49,8 +53,7 @@ def success(job: ClaimedJob, value: Any) -> Outcome:
             exc,
             extra={"job_id": job.id, "task": job.task},
         )
-        return Outcome(job, Kind.COMPLETE)
-    return Outcome(job, Kind.COMPLETE, result=text)
+        return None
 
 
 def timed_out(job: ClaimedJob, seconds: float) -> Outcome:
@@ -73,6 +76,9 @@ def from_exception(job: ClaimedJob, exc: BaseException) -> Outcome:
         return Outcome(job, Kind.SNOOZE, delay=exc.delay)
     if isinstance(exc, GiveUp):
         return Outcome(job, Kind.DEAD, error=f"gave up: {exc}")
+    if isinstance(exc, RunFailed):
+        # A failed attempt that says what it saw (a command's exit code and output).
+        return Outcome(job, Kind.FAIL, error=exc.reason, result=_result_json(job, exc.result))
     if isinstance(exc, JobCancelled):
         # The database turns a failure of a cancel-requested job into 'cancelled'.
         return Outcome(job, Kind.FAIL, error=f"cancelled: {exc}")

@@ -21,6 +21,8 @@ def _load() -> dict[str, LiteralString]:
 QUERIES: Final = _load()
 ENQUEUE: Final = QUERIES["enqueue"]
 ENQUEUE_MANY: Final = QUERIES["enqueue_many"]
+ENQUEUE_COMMAND: Final = QUERIES["enqueue_command"]
+ENQUEUE_SERVICE: Final = QUERIES["enqueue_service"]
 CLAIM: Final = QUERIES["claim"]
 CLAIM_AND_START: Final = QUERIES["claim_and_start"]
 START: Final = QUERIES["start"]

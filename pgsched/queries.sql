@@ -7,6 +7,15 @@
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
                        %s::text, %s::integer, %s::text[], %s::text, %s::interval);
 
+-- name: enqueue_command
+SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
+                               coalesce(%s::timestamptz, now() + %s::interval), %s::integer, %s::text, %s::text[],
+                               %s::text);
+
+-- name: enqueue_service
+SELECT pgsched.enqueue_service(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval),
+                               %s::integer, %s::text, %s::integer, %s::text[], %s::text);
+
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job),
 -- and so do the labels, an array per job (NULL when no job has any). Delays
@@ -59,9 +68,10 @@ SELECT job_id, held, cancel_requested FROM pgsched.heartbeat(%s::bigint[], %s::b
 SELECT job_id, accepted FROM pgsched.complete(%s::bigint[], %s::bigint[], %s::jsonb[], %s::smallint[]);
 
 -- Delays are added to the database's clock, never the worker's (a NULL delay
--- means the task's backoff).
+-- means the task's backoff). The result (JSON text or NULL) is kept with the
+-- failed attempt (a command's exit code and output).
 -- name: fail
-SELECT pgsched.fail(%s, %s, %s, now() + %s::interval, %s);
+SELECT pgsched.fail(%s, %s, %s, now() + %s::interval, %s, result => %s::jsonb);
 
 -- name: snooze
 SELECT pgsched.snooze(%s, %s, now() + %s::interval);

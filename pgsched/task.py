@@ -47,10 +47,13 @@ class JobSpec:
     labels: Sequence[str] = ()
     tenant: str | None = None
     timeout: float | timedelta | None = None
+    service: bool = False  # a service job: runs until cancelled (pgsched.enqueue_service)
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
             check_timeout(self.timeout, f"timeout of a {self.task!r} job")
+        if not isinstance(self.service, bool):
+            raise TypeError(f"service of a {self.task!r} job must be a bool, not {self.service!r}")
         for name in ("priority", "max_attempts"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -81,7 +84,18 @@ class JobSpec:
 
 
 _OPTION_NAMES = frozenset(
-    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant", "timeout"}
+    {
+        "queue",
+        "run_at",
+        "delay",
+        "priority",
+        "idempotency_key",
+        "max_attempts",
+        "labels",
+        "tenant",
+        "timeout",
+        "service",
+    }
 )
 
 
@@ -120,7 +134,11 @@ class Task(Generic[P, R]):
         retry_jitter: float | None = None,
         labels: Sequence[str] = (),
         timeout: float | None = None,
+        service: bool = False,
     ) -> None:
+        if service and timeout is not None:
+            raise ValueError(f"task {name!r}: a service runs until cancelled and takes no timeout")
+        self.service = service
         self.app = app
         self.fn = fn
         self.name = name
@@ -151,7 +169,8 @@ class Task(Generic[P, R]):
         self.__wrapped__ = fn
 
     def __repr__(self) -> str:
-        return f"<Task {self.name!r} queue={self.queue!r}>"
+        kind = "Service" if self.service else "Task"
+        return f"<{kind} {self.name!r} queue={self.queue!r}>"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -190,6 +209,7 @@ class Task(Generic[P, R]):
             priority=self.priority,
             max_attempts=self.max_attempts,
             labels=self.labels,
+            service=self.service,
         )
 
     def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> JobHandle:
@@ -208,7 +228,8 @@ class Task(Generic[P, R]):
         return await self.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
 
     def using(self, **options: Any) -> BoundTask:
-        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant, timeout."""
+        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant, timeout,
+        service."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")

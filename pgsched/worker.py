@@ -438,7 +438,12 @@ class Worker:
         if ctx.cancel_requested and outcome.kind is Kind.COMPLETE:
             # Returning after a cancel request acknowledges it: fail() records
             # a cancel-requested job as cancelled (fenced by its token).
-            outcome = Outcome(ctx.job, Kind.FAIL, error="cancelled: the handler returned after the cancel request")
+            outcome = Outcome(
+                ctx.job,
+                Kind.FAIL,
+                result=outcome.result,
+                error="cancelled: the handler returned after the cancel request",
+            )
         if outcome.kind is Kind.DISCARD:
             self.counts["lost"] += 1
             self.metrics.count(ctx.queue, ctx.task, "lost")
@@ -546,6 +551,7 @@ class Worker:
             with self._lock:
                 self._held.pop(ctx.id, None)
         self._release(unstarted, "not started")
+        self._stop_services()
 
         deadline = time.monotonic() + (0 if self._forced else opts.shutdown_timeout)
         while self._held and time.monotonic() < deadline and not self._forced:
@@ -567,6 +573,9 @@ class Worker:
                     ctx._mark_lease_lost()  # whatever they return now is discarded
                 stopped, self._stopped = self._stopped, []
             self._release(stopped + left, "stopped, or still running, at the shutdown timeout")
+        with self._lock:
+            stopped, self._stopped = self._stopped, []
+        self._release(stopped, "services stopped at shutdown")
 
         if self._completer is not None and not self._completer.close(timeout=10.0):
             log.error("some outcomes could not be written; those jobs will run again after their lease")
@@ -589,6 +598,14 @@ class Worker:
         if self._metrics_server is not None:
             self._metrics_server.stop()
         log.info("worker %s stopped: %s", self.name, self.counts)
+
+    def _stop_services(self) -> None:
+        """Services never end by themselves: ask them to stop at once (handed back, to restart elsewhere)."""
+        with self._lock:
+            services = [ctx for ctx in self._held.values() if getattr(self.app.tasks.get(ctx.task), "service", False)]
+        for ctx in services:
+            ctx._request_stop()
+            self._executor.cancel_async(ctx.id)
 
     def _release(self, contexts: list[JobContext], why: str) -> None:
         if not contexts or self._claim_db is None:

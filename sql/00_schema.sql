@@ -14,7 +14,8 @@ DO $$
 DECLARE
     v_role text;
 BEGIN
-    FOREACH v_role IN ARRAY ARRAY['pgsched_enqueue', 'pgsched_worker', 'pgsched_admin', 'pgsched_tenant_scoped'] LOOP
+    FOREACH v_role IN ARRAY ARRAY['pgsched_enqueue', 'pgsched_worker', 'pgsched_admin', 'pgsched_tenant_scoped',
+                                   'pgsched_command'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
             EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
         END IF;

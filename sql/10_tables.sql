@@ -33,6 +33,7 @@ CREATE TABLE pgsched.jobs (
     timeout             interval,         -- time limit of each run; NULL: the task's (pgsched.tasks), else none
     deadline_at         timestamptz,      -- started_at + timeout of the current run, set by pgsched.start()
     handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
+    service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -65,6 +66,8 @@ COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
 COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
 COMMENT ON COLUMN pgsched.jobs.timeout IS
     'Time limit of each run (plain INSERT may set it); past deadline_at plus config.timeout_grace, housekeeping fails the run.';
+COMMENT ON COLUMN pgsched.jobs.service IS
+    'A service job: runs until cancelled, restarted elsewhere when its lease expires (never dead by expiries).';
 COMMENT ON COLUMN pgsched.jobs.started_at IS
     'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 
@@ -93,6 +96,7 @@ CREATE TABLE pgsched.job_history (
     -- The transaction that filed the row: the position of the event stream
     -- (see pgsched.read_events and docs/events.md).
     finished_xid        xid8              DEFAULT pg_catalog.pg_current_xact_id(),
+    service             boolean           NOT NULL DEFAULT false,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS

@@ -4,6 +4,8 @@
 --   pgsched_worker   claim, heartbeat, complete, fail, snooze, release, housekeeping;
 --                    reads everything, writes nothing directly
 --   pgsched_admin    both of the above, plus cancel, retry, queue pause/resume, config
+--   pgsched_command  enqueue command jobs (enqueue_command): programs that --commands
+--                    workers run; no other role can enqueue one (docs/security.md)
 --   pgsched_tenant_scoped  a marker: members are confined to the tenant their
 --                    login is bound to (bind_tenant); unbound, to nothing
 --
@@ -19,7 +21,7 @@ REVOKE ALL ON SCHEMA pgsched FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgsched FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgsched FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgsched FROM PUBLIC;
-GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin, pgsched_command;
 
 GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 
@@ -29,12 +31,13 @@ GRANT EXECUTE ON FUNCTION pgsched._clock(timestamptz) TO pgsched_enqueue, pgsche
 GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text), pgsched._tenant_scope()
     TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
-GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
+GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.enqueue_service, pgsched.schema_revision
+    TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
 -- Only the columns a user chooses: id, shard, created_at, state, leases and
 -- schedule links come from the database (a named one is permission denied).
-GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant, timeout)
+GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant, timeout, service)
     ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
@@ -64,11 +67,16 @@ GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pg
     pgsched.bind_tenant, pgsched.unbind_tenant
     TO pgsched_admin;
 GRANT SELECT ON pgsched.tenant_roles TO pgsched_admin;
+
 GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
 -- The table's CHECK constraints run with the writer's rights.
 GRANT EXECUTE ON FUNCTION pgsched._valid_timezone(text) TO pgsched_admin;
 GRANT UPDATE ON pgsched.config TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
+
+-- Command jobs run programs on --commands workers: their own grant, held by
+-- no other pgsched role (pgsched_admin included).
+GRANT EXECUTE ON FUNCTION pgsched.enqueue_command, pgsched.schema_revision TO pgsched_command;
 
 -- Views run with the caller's rights, so row-level security applies through them.
 ALTER VIEW pgsched.queue_stats SET (security_invoker = true);

@@ -9,6 +9,7 @@
 \ir functions/_shown.sql
 \ir functions/_job_problem.sql
 \ir functions/_check_job.sql
+\ir functions/_check_command_task.sql
 \ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
 \ir functions/_cron_value.sql
@@ -39,7 +40,9 @@
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/enqueue.sql
+\ir functions/enqueue_command.sql
 \ir functions/enqueue_many.sql
+\ir functions/enqueue_service.sql
 \ir functions/expire_leases.sql
 \ir functions/fail.sql
 \ir functions/find_jobs.sql

@@ -50,9 +50,13 @@ SELECT pgsched.enqueue(
 LIST_JOBS = """
 WITH active AS (
     SELECT j.id, j.queue, j.task, j.state::text AS state, j.attempt, j.max_attempts, j.run_at,
-           j.leased_by AS worker, j.last_error AS error, j.created_at, NULL::timestamptz AS finished_at
+           j.leased_by AS worker, j.last_error AS error, j.created_at, NULL::timestamptz AS finished_at, j.service,
+           -- a service's uptime: since its current run started
+           CASE WHEN j.service AND j.state = 'running' THEN pg_catalog.now() - coalesce(j.started_at, j.claimed_at)
+           END AS uptime
     FROM pgsched.jobs j
     WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'available', 'running'])
+      AND (NOT %(services)s OR j.service)
       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]::pgsched.job_state[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -60,9 +64,10 @@ WITH active AS (
     LIMIT %(limit)s
 ), finished AS (
     SELECT h.id, h.queue, h.task, h.state::text AS state, h.attempt, h.max_attempts, h.run_at,
-           h.leased_by AS worker, h.error, h.created_at, h.finished_at
+           h.leased_by AS worker, h.error, h.created_at, h.finished_at, h.service, NULL::interval AS uptime
     FROM pgsched.job_history h
     WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['completed', 'dead', 'cancelled'])
+      AND (NOT %(services)s OR h.service)
       AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]::pgsched.job_state[]))
       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR h.task = %(task)s::text)
@@ -85,13 +90,13 @@ SELECT * FROM (
     SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
            j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
            j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service
     FROM pgsched.jobs j
     WHERE j.id = %(id)s
     UNION ALL
     (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
             h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error
+            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service
      FROM pgsched.job_history h
      WHERE h.id = %(id)s
      ORDER BY h.finished_at DESC
@@ -128,6 +133,7 @@ RETRY_ONE = "SELECT pgsched.retry(%s::bigint) AS result"
 RETRY_MANY = "SELECT t.id, pgsched.retry(t.id) AS result FROM unnest(%s::bigint[]) AS t(id)"
 
 JOB_COLUMNS = ("id", "queue", "task", "state", "attempts", "run_at", "worker", "error")
+SERVICE_COLUMNS = ("id", "queue", "task", "state", "uptime", "attempts", "worker", "error")
 DEAD_COLUMNS = ("id", "queue", "task", "attempts", "died_at", "last_worker", "error")
 EVENT_COLUMNS = ("at", "kind", "attempt", "worker", "token", "detail")
 
@@ -254,7 +260,23 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     out["error"] = first_line(row.get("error"))
     out["attempts"] = f"{row['attempt']}/{row['max_attempts']}"
+    uptime = row.get("uptime")
+    out["uptime_s"] = None if uptime is None else round(uptime.total_seconds(), 3)
+    out["uptime"] = None if uptime is None else _uptime(uptime)
     return out
+
+
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A listed job for --json: uptime in seconds only."""
+    return {k: v for k, v in row.items() if k not in ("attempts", "uptime")}
+
+
+def _uptime(value: timedelta) -> str:
+    """1d 02:03:04, or 02:03:04 under a day."""
+    seconds = max(0, int(value.total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}d {clock}" if days else clock
 
 
 @click.group()
@@ -272,6 +294,7 @@ def jobs() -> None:
 )
 @click.option("--queue", "-q", default=None, help="Only jobs of this queue.")
 @click.option("--task", default=None, help="Only jobs of this task.")
+@click.option("--services", is_flag=True, help="Only service jobs (with their uptime).")
 @click.option("--limit", type=click.IntRange(1, None), default=50, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.pass_context
@@ -281,6 +304,7 @@ def list_jobs(
     states: tuple[str, ...],
     queue: str | None,
     task: str | None,
+    services: bool,
     limit: int,
     as_json: bool,
 ) -> None:
@@ -288,14 +312,16 @@ def list_jobs(
 
     Each job appears once, in its current state. Errors show their first
     line; `pgsched jobs show ID` has the full text and the audit trail.
+    Service jobs show their uptime (since their current run started); the
+    table gets that column when it lists one, --json has uptime_s.
     """
-    params = {"states": list(states) or None, "queue": queue, "task": task, "limit": limit}
+    params = {"states": list(states) or None, "queue": queue, "task": task, "limit": limit, "services": services}
     with state(ctx).connect() as conn:
         rows = [_summary(r) for r in conn.execute(LIST_JOBS, params).fetchall()]
     if as_json:
-        emit_json([{k: v for k, v in r.items() if k != "attempts"} for r in rows])
+        emit_json([_json_row(r) for r in rows])
     elif rows:
-        emit_table(rows, JOB_COLUMNS)
+        emit_table(rows, SERVICE_COLUMNS if any(r["service"] for r in rows) else JOB_COLUMNS)
     else:
         click.echo("no jobs match")
 
@@ -326,21 +352,46 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
     for key, value in job.items():
-        if key in ("table", "error", "result") or value in (None, [], ""):
+        if key in ("table", "error", "result") or value in (None, [], "") or (key == "service" and not value):
             continue
         text = _json_text(value) if isinstance(value, dict | list) else cell(value)
         fields.add_row(key, Text(text))
-    if job.get("result") is not None:
-        fields.add_row("result", Text(_json_text(job["result"])))
+    result = job.get("result")
+    streams = _command_streams(job)
+    if streams and isinstance(result, dict):
+        for key in ("exit_code", "signal", "timed_out", "duration_s", "stdout_bytes", "stderr_bytes"):
+            if key in result:
+                fields.add_row(key, Text(cell(result[key])))
+    elif result is not None:
+        fields.add_row("result", Text(_json_text(result)))
     fields.add_row("stored in", Text(f"pgsched.{job['table']}"))
     out = console()
     out.print(fields)
     if events:
         out.print()
         out.print(build_table(events, EVENT_COLUMNS, title="events"))
+    for name, text in streams:
+        click.echo(f"\n{name}:")
+        click.echo(text.rstrip("\n"))
     if job.get("error"):
         click.echo("\nerror:")
         click.echo(job["error"])
+
+
+def _command_streams(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """A command job's output, shown as text blocks (the tails kept in its result); [] for other jobs."""
+    from pgsched.commands import COMMAND_TASK, OUTPUT_CAP
+
+    result = job.get("result")
+    if job.get("task") != COMMAND_TASK or not isinstance(result, dict) or "exit_code" not in result:
+        return []
+    blocks = []
+    for name in ("stdout", "stderr"):
+        text = result.get(name) or ""
+        total = result.get(f"{name}_bytes") or 0
+        title = f"{name} (last {OUTPUT_CAP // 1024} kB of {total} bytes)" if total > OUTPUT_CAP else name
+        blocks.append((title, text if text else "(empty)"))
+    return blocks
 
 
 def _json_text(value: Any) -> str:

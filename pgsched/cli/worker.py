@@ -17,6 +17,7 @@ RECYCLE_EXIT_CODE = 75  # pgsched.worker.RECYCLE_EXIT_CODE (not imported here: t
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
+    from pgsched.app import App
     from pgsched.worker import WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,9 +59,31 @@ def worker_options(fn: F) -> F:
         click.option(
             "--app",
             "app_ref",
-            required=True,
+            default=None,
             envvar="PGSCHED_APP",
-            help="Where your tasks are registered: MODULE:ATTRIBUTE of a pgsched.App.",
+            help="Where your tasks are registered: MODULE:ATTRIBUTE of a pgsched.App (optional with --commands).",
+        ),
+        click.option(
+            "--commands",
+            is_flag=True,
+            help="Also run command jobs (pgsched.enqueue_command): adds the queue 'commands' when --queues is not "
+            "given (alone: serves only it). Programs run without a shell, in their own process group, with a "
+            "minimal environment (docs/commands.md).",
+        ),
+        click.option(
+            "--command-pass-env",
+            "command_pass_env",
+            multiple=True,
+            metavar="NAME",
+            help="Hand this variable of the worker's own environment to every command (repeat for several); "
+            "by default commands see none of it.",
+        ),
+        click.option(
+            "--command-kill-grace",
+            type=click.FloatRange(0, None),
+            default=5.0,
+            show_default=True,
+            help="Seconds between SIGTERM and SIGKILL when a command times out, is cancelled or the worker stops.",
         ),
         click.option(
             "--queues",
@@ -176,8 +199,33 @@ def worker_options(fn: F) -> F:
     return fn
 
 
+def _load_app(ctx: click.Context, app_ref: str | None, commands: bool, dsn: str) -> App:
+    """The app whose tasks the worker runs (an empty one for --commands alone)."""
+    from pgsched.app import App
+    from pgsched.loader import load_app
+
+    if app_ref is None and not commands:
+        raise click.UsageError("give --app MODULE:APP (your tasks), --commands (command jobs), or both", ctx)
+    app = App() if app_ref is None else load_app(app_ref)
+    app.configure(dsn)
+    return app
+
+
+def _serve_commands(app: App, worker_opts: WorkerOptions, options: dict[str, Any]) -> None:
+    if not options.get("commands"):
+        return
+    from pgsched.commands import CommandOptions, serve_commands
+
+    serve_commands(
+        app,
+        worker_opts,
+        CommandOptions(pass_env=tuple(options["command_pass_env"]), kill_grace=options["command_kill_grace"]),
+    )
+
+
 def _worker_options(
     *,
+    app_ref: str | None = None,
     queues: str,
     concurrency: int,
     prefetch: int | None,
@@ -193,15 +241,20 @@ def _worker_options(
     vacuum_interval: float,
     metrics: tuple[str, int] | None,
     pool: str = "thread",
-    app_ref: str | None = None,
     max_abandoned: int | None = None,
     loop_block_timeout: float = 10.0,
+    commands: bool = False,
     **_: Any,
 ) -> WorkerOptions:
     from pgsched.worker import WorkerOptions
 
+    served = _split(queues)
+    if commands and click.get_current_context().get_parameter_source("queues") is click.core.ParameterSource.DEFAULT:
+        from pgsched.commands import COMMAND_QUEUE
+
+        served = [COMMAND_QUEUE] if app_ref is None else [*served, COMMAND_QUEUE]
     return WorkerOptions(
-        queues=_split(queues),
+        queues=served,
         concurrency=concurrency,
         prefetch=prefetch,
         lease=lease,
@@ -241,7 +294,7 @@ def _exit_or_reexec(code: int, recycle: str) -> None:
 @worker_options
 @click.pass_context
 @handle_errors
-def worker(ctx: click.Context, /, app_ref: str, recycle: str, **options: Any) -> None:
+def worker(ctx: click.Context, /, app_ref: str | None, recycle: str, **options: Any) -> None:
     """Run a worker: claim due jobs of QUEUES and run their handlers.
 
     \b
@@ -250,12 +303,12 @@ def worker(ctx: click.Context, /, app_ref: str, recycle: str, **options: Any) ->
     back to the queue. A second signal hands everything back at once.
     Exit codes: 0 stopped; 75 recycled (with --recycle exit: restart it).
     """
-    from pgsched.loader import load_app
     from pgsched.worker import Worker
 
-    app = load_app(app_ref)
-    app.configure(state(ctx).resolve())
-    _exit_or_reexec(Worker(app, _worker_options(app_ref=app_ref, **options)).run(), recycle)
+    app = _load_app(ctx, app_ref, options["commands"], state(ctx).resolve())
+    worker_opts = _worker_options(app_ref=app_ref, **options)
+    _serve_commands(app, worker_opts, options)
+    _exit_or_reexec(Worker(app, worker_opts).run(), recycle)
 
 
 @click.command()
@@ -342,7 +395,7 @@ def scanner(
 )
 @click.pass_context
 @handle_errors
-def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, recycle: str, **options: Any) -> None:
+def run(ctx: click.Context, /, app_ref: str | None, scanner_lease: float, recycle: str, **options: Any) -> None:
     """Run a worker and a scanner in one process (for small deployments).
 
     Takes every option of `pgsched worker`; --metrics-port serves the worker's
@@ -350,14 +403,13 @@ def run(ctx: click.Context, /, app_ref: str, scanner_lease: float, recycle: str,
     """
     import threading
 
-    from pgsched.loader import load_app
     from pgsched.scanner import Scanner, ScannerOptions
     from pgsched.worker import Worker
 
     dsn = state(ctx).resolve()
-    app = load_app(app_ref)
-    app.configure(dsn)
+    app = _load_app(ctx, app_ref, options["commands"], dsn)
     worker_opts = _worker_options(app_ref=app_ref, **options)
+    _serve_commands(app, worker_opts, options)
     metrics = None if worker_opts.metrics_port is None else (worker_opts.metrics_host, worker_opts.metrics_port)
     worker_opts.metrics_port = None  # served below, with the queue gauges
     # The worker vacuums; one vacuum thread per process is enough.

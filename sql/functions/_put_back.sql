@@ -9,7 +9,9 @@
 -- down (p_kind 'released') counts in `handbacks`; the one past
 -- pgsched.config.max_handbacks (default 3) makes the job 'dead' with that
 -- reason, so a job that hangs every worker cannot hold a slot across deploys
--- forever. A job released before its handler started counts nothing.
+-- forever. A job released before its handler started counts nothing, and
+-- neither does a service job (jobs.service): it runs until cancelled, so
+-- every deploy hands it back.
 CREATE OR REPLACE FUNCTION pgsched._put_back(
     p_job_id bigint,
     p_token  bigint,
@@ -33,7 +35,7 @@ BEGIN
     WHERE p_kind = 'released'
       AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NULL AND j.started_at IS NOT NULL
-      AND j.handbacks >= v_max_handbacks
+      AND j.handbacks >= v_max_handbacks AND NOT j.service
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
@@ -49,7 +51,7 @@ BEGIN
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
         -- saturates at the enqueue bound (jobs_max_attempts_range): never overflows
         max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
-        handbacks = j.handbacks + (p_kind = 'released' AND j.started_at IS NOT NULL)::integer,
+        handbacks = j.handbacks + (p_kind = 'released' AND j.started_at IS NOT NULL AND NOT j.service)::integer,
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
     WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NULL

@@ -44,11 +44,12 @@ BEGIN
     ), history AS (
         INSERT INTO pgsched.job_history
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
-             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
+             service)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
                -- a worker that never called start() ran it from its claim on
-               d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule
+               d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule, d.service
         FROM done d
     ), audit AS (
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
@@ -57,7 +58,7 @@ BEGIN
         WHERE v_config.audit
     ), keys AS (
         UPDATE pgsched.idempotency_keys k
-        SET expires_at = v_now + v_config.idempotency_retention
+        SET expires_at = CASE WHEN d.service THEN v_now ELSE v_now + v_config.idempotency_retention END
         FROM done d
         WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
     ), notified AS (

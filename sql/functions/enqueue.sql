@@ -38,6 +38,7 @@ DECLARE
     v_max integer := enqueue.max_attempts;
 BEGIN
     PERFORM pgsched._check_tenant(enqueue.tenant);
+    PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
     FROM pgsched.config c;
     PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),

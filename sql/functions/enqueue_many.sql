@@ -59,6 +59,9 @@ BEGIN
                 v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
+    FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
+    WHERE u.task = 'pgsched.command';
     -- Every row is checked, also those whose tenant is NULL.
     FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
                  FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord) GROUP BY u.tenant LOOP

@@ -4,7 +4,8 @@
 -- come before newer work, and their start lag shows the time lost), or to 'dead' when their
 -- attempts are used up, or to 'cancelled' when cancellation was requested,
 -- each with a 'lease_expired' event naming the worker and token that lost
--- the lease. Candidates are locked with SKIP LOCKED and every write re-checks
+-- the lease. A service job (jobs.service) always goes back to 'available',
+-- its attempt given back, so expiries never send it dead. Candidates are locked with SKIP LOCKED and every write re-checks
 -- the token, the state and the expiry, so a completion racing the expiry
 -- wins cleanly and a stale read never overwrites a newer claim. Returns the
 -- number of jobs handled (at most p_limit; call again while it is p_limit).
@@ -40,11 +41,14 @@ BEGIN
         UPDATE pgsched.jobs j
         SET state = 'available',
             lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+            -- A service's lost lease does not use up an attempt: it is restarted, never sent dead.
+            max_attempts = CASE WHEN j.service THEN least(j.max_attempts::bigint + 1, 1000000)::integer
+                                ELSE j.max_attempts END,
             last_error = pg_catalog.format('lease expired at %s (worker %s)', e.lease_expires_at, e.leased_by)
         FROM expired e
         WHERE j.id = e.id AND j.shard = e.shard AND j.lease_token = e.lease_token
           AND j.state = 'running' AND j.lease_expires_at < v_now
-          AND j.attempt < j.max_attempts AND j.cancel_requested_at IS NULL
+          AND (j.attempt < j.max_attempts OR j.service) AND j.cancel_requested_at IS NULL
         RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at
     ), audit AS (
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
@@ -66,7 +70,7 @@ BEGIN
         SELECT j.id, j.shard, j.lease_token
         FROM pgsched.jobs j
         WHERE j.state = 'running' AND j.lease_expires_at < v_now
-          AND (j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+          AND ((j.attempt >= j.max_attempts AND NOT j.service) OR j.cancel_requested_at IS NOT NULL)
           AND (p_shard IS NULL OR j.shard = p_shard)
         ORDER BY j.id
         LIMIT p_limit

@@ -3,7 +3,9 @@
 -- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
 -- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
 -- 'cancelled' (cancellation had been requested). A stale token changes
--- nothing and returns 'lease_lost'.
+-- nothing and returns 'lease_lost'. A result (a command's exit code and
+-- output) is kept with the failed attempt's event, and in the history row
+-- when the job ends here.
 --
 -- Each branch is one fenced statement (token and state in its WHERE). The
 -- retry branch runs first and excludes cancel-requested jobs; if a cancel
@@ -14,7 +16,8 @@ CREATE OR REPLACE FUNCTION pgsched.fail(
     error    text,
     retry_at timestamptz DEFAULT NULL,
     final    boolean     DEFAULT false,
-    p_now    timestamptz DEFAULT NULL
+    p_now    timestamptz DEFAULT NULL,
+    result   jsonb       DEFAULT NULL
 )
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER
@@ -47,7 +50,8 @@ BEGIN
     INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by;
     IF FOUND THEN
         PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, v_job.leased_by, fail.token,
-            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
+            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at)
+            || CASE WHEN fail.result IS NULL THEN '{}' ELSE pg_catalog.jsonb_build_object('result', fail.result) END);
         IF v_state = 'available' THEN
             PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
         ELSE
@@ -63,7 +67,7 @@ BEGIN
     RETURNING j.* INTO v_job;
     IF FOUND THEN
         v_state := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
-        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error);
+        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error, fail.result);
         RETURN v_state::text;
     END IF;
     RETURN 'lease_lost';

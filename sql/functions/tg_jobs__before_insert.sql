@@ -9,7 +9,8 @@
 -- Two triggers call it (30_triggers.sql). For a writer other than the
 -- schema's owner (TG_ARGV[0] = 'untrusted': a plain INSERT by an
 -- application) the database also assigns the id and stamps created_at,
--- whatever the INSERT said, and a schedule link is refused: only the owner's
+-- whatever the INSERT said, and a schedule link and the command task are
+-- refused (_check_command_task): only the owner's
 -- functions (retry, the scanners' add_occurrences) set those. The shard, the
 -- partition key, cannot change in a row trigger; pgsched_enqueue may name
 -- only the columns a user chooses (90_grants.sql), so it comes from the
@@ -27,6 +28,7 @@ BEGIN
     SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
 
     IF TG_ARGV[0] = 'untrusted' THEN
+        PERFORM pgsched._check_command_task(NEW.task, 'INSERT INTO pgsched.jobs');
         IF NEW.schedule IS NOT NULL THEN
             RAISE EXCEPTION 'pgsched: schedule is set by the scanners, not by an INSERT'
                 USING ERRCODE = 'insufficient_privilege', SCHEMA = 'pgsched', TABLE = 'jobs', COLUMN = 'schedule';

@@ -25,7 +25,7 @@ from pgsched import schema
 from tests.pgserver import database_dsn
 from tests.sql.helpers import Conn
 
-ROLES = ("pgsched_enqueue", "pgsched_worker", "pgsched_admin", "pgsched_tenant_scoped")
+ROLES = ("pgsched_enqueue", "pgsched_worker", "pgsched_admin", "pgsched_tenant_scoped", "pgsched_command")
 DENIED = "42501"  # insufficient_privilege
 _counter = itertools.count()
 

@@ -174,3 +174,16 @@ def test_snoozes_are_not_hand_backs(conn: Conn, now: datetime) -> None:
     start(conn, [pair(got)], now=now)
     assert scalar(conn, "SELECT pgsched.snooze(%s, %s, %s, %s)", [*pair(got), now, now]) == "available"
     assert job(conn, job_id)["handbacks"] == 0  # type: ignore[index]
+
+
+def test_a_service_handed_back_at_every_deploy_never_goes_dead(conn: Conn, now: datetime) -> None:
+    conn.execute("UPDATE pgsched.config SET max_handbacks = 0")
+    job_id = int(scalar(conn, "SELECT pgsched.enqueue_service('svc')"))
+    for at in (now + timedelta(seconds=n) for n in range(3)):
+        got = claim_one(conn, now=at)
+        start(conn, [pair(got)], now=at)
+        assert release(conn, [pair(got)], now=at)[0]["outcome"] == "available"
+    row = job(conn, job_id)
+    assert row is not None
+    assert (row["state"], row["handbacks"]) == ("available", 0)
+    assert history(conn, job_id) == []

@@ -1,0 +1,60 @@
+"""The parent of every command job's program: ties the program's process group to the worker's life.
+
+Run by the command runner as ``python -I -S _supervise.py WORKER_PID ARGV...``
+(standard library only, so it starts in milliseconds), as the leader of a new
+session. It asks Linux to send it SIGUSR1 when the worker's thread that
+started it dies (PR_SET_PDEATHSIG, which covers SIGKILL of the worker), and
+then SIGKILLs its whole process group: the program and everything the program
+started, not only its first process. It execs the program (no shell) in a
+child and exits as the program did: with its exit status, or killed by the
+same signal. SIGTERM sent to the group by the worker (timeout, cancel) reaches
+the program; the supervisor itself waits for the program to end.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from types import FrameType
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _kill_group(_signum: int = 0, _frame: FrameType | None = None) -> None:
+    os.killpg(0, signal.SIGKILL)
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    """A handler, not SIG_IGN: handlers are reset by exec, so the program still gets SIGTERM's default."""
+
+
+def main(args: list[str]) -> None:
+    parent, argv = int(args[0]), args[1:]
+    signal.signal(signal.SIGUSR1, _kill_group)
+    signal.signal(signal.SIGTERM, _ignore)
+    if sys.platform == "linux":
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the program outlives a killed worker
+            pass
+    if os.getppid() != parent:  # the worker died before the death signal was armed
+        _kill_group()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            os.write(2, f"pgsched: cannot run {argv[0]!r}: {exc}\n".encode(errors="replace"))
+            os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
