@@ -19,13 +19,17 @@
 \ir functions/_check_schedule_write.sql
 \ir functions/_check_unconfined.sql
 \ir functions/_clock.sql
+\ir functions/_depend.sql
 \ir functions/_ensure_day_partition.sql
 \ir functions/_event.sql
+\ir functions/_fail_dependents.sql
 \ir functions/_finish.sql
 \ir functions/_hold_shard.sql
 \ir functions/_key_holder.sql
 \ir functions/_put_back.sql
 \ir functions/_random_shard.sql
+\ir functions/_release.sql
+\ir functions/_release_dependents.sql
 \ir functions/_tenant_visible.sql
 \ir functions/_withdraw.sql
 \ir functions/acquire_idle_shards.sql

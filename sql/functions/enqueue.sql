@@ -5,6 +5,9 @@
 -- task and args are the same (else PS422, see _key_holder). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
 -- A refused value raises with its column named (see _check_job).
+-- With depends_on (job ids), the job waits (state 'waiting') until every
+-- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
+-- a dependency ending dead or cancelled does to it (see _depend).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts as a trusted writer
@@ -18,7 +21,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue(
     idempotency_key text        DEFAULT NULL,
     max_attempts    integer     DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    depends_on      bigint[]    DEFAULT NULL,
+    on_dependency_failure text  DEFAULT 'cancel'
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -34,6 +39,7 @@ DECLARE
     v_shard smallint;
     v_queue text := coalesce(enqueue.queue, 'default');
     v_max integer := enqueue.max_attempts;
+    v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
 BEGIN
     PERFORM pgsched._check_tenant(enqueue.tenant);
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
@@ -41,6 +47,9 @@ BEGIN
     PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
                                v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
+        PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
+    END IF;
     IF v_max IS NULL THEN
         SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
         v_max := coalesce(v_max, v_default_attempts);
@@ -67,12 +76,20 @@ BEGIN
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant)
-    VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+    VALUES (v_id, v_shard,
+            CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
             enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
-    IF v_run_at <= v_now THEN
+    IF v_waits THEN
+        IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: depends_on % holds a NULL', enqueue.depends_on
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+        END IF;
+        PERFORM pgsched._depend(ARRAY[v_id], ARRAY[v_shard], ARRAY[pg_catalog.to_jsonb(enqueue.depends_on)],
+                                ARRAY[enqueue.on_dependency_failure], v_now, false);
+    ELSIF v_run_at <= v_now THEN
         PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
     ELSE
         PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
