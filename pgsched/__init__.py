@@ -28,7 +28,7 @@ from pgsched.errors import (
 )
 from pgsched.handle import JobHandle, JobStatus
 from pgsched.job import ClaimedJob, JobContext, JobState, current_job
-from pgsched.task import JobSpec, Task
+from pgsched.task import JobSpec, Ref, Task
 
 __version__ = "0.1.0"
 
@@ -53,6 +53,7 @@ __all__ = [
     "JobWasCancelled",
     "LeaseLost",
     "PgschedError",
+    "Ref",
     "ResultTimeout",
     "Retry",
     "SchemaError",

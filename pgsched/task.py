@@ -45,6 +45,8 @@ class JobSpec:
     max_attempts: int | None = None
     labels: Sequence[str] = ()
     tenant: str | None = None
+    depends_on: Sequence[int | JobSpec | Ref] = ()
+    on_dependency_failure: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("priority", "max_attempts"):
@@ -67,6 +69,19 @@ class JobSpec:
             raise ValueError(
                 f"labels of a {self.task!r} job must be a sequence of non-empty strings, not {self.labels!r}"
             )
+        if isinstance(self.depends_on, str | int | JobSpec | Ref) or not all(
+            isinstance(d, JobSpec | Ref) or (isinstance(d, int) and not isinstance(d, bool) and d > 0)
+            for d in self.depends_on
+        ):
+            raise ValueError(
+                f"depends_on of a {self.task!r} job must be a sequence of job ids (or JobHandles), and within"
+                f" enqueue_many of JobSpecs or Refs of the same batch, not {self.depends_on!r}"
+            )
+        if self.on_dependency_failure not in (None, "cancel", "wait"):
+            raise ValueError(
+                f"on_dependency_failure of a {self.task!r} job must be 'cancel' or 'wait',"
+                f" not {self.on_dependency_failure!r}"
+            )
 
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""
@@ -76,8 +91,30 @@ class JobSpec:
             raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A dependency on another job of the same ``App.enqueue_many`` batch, by its 0-based position."""
+
+    index: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
+            raise ValueError(f"Ref takes a 0-based position in the batch, not {self.index!r}")
+
+
 _OPTION_NAMES = frozenset(
-    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant"}
+    {
+        "queue",
+        "run_at",
+        "delay",
+        "priority",
+        "idempotency_key",
+        "max_attempts",
+        "labels",
+        "tenant",
+        "depends_on",
+        "on_dependency_failure",
+    }
 )
 
 
@@ -191,10 +228,14 @@ class Task(Generic[P, R]):
         return await self.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
 
     def using(self, **options: Any) -> BoundTask:
-        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant."""
+        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant,
+        depends_on (job ids or handles; in enqueue_many also JobSpecs or Refs of the same batch) and
+        on_dependency_failure ('cancel', the default, or 'wait'): see docs/dependencies.md."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+        if isinstance(options.get("depends_on"), list):
+            options = {**options, "depends_on": tuple(options["depends_on"])}
         return BoundTask(self, options)
 
     def policy(self) -> dict[str, Any]:

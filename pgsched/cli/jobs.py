@@ -31,7 +31,7 @@ from pgsched.task import PRIORITY_MAX, PRIORITY_MIN
 
 Conn = psycopg.Connection[dict[str, Any]]
 
-STATES = ("scheduled", "available", "running", "completed", "dead", "cancelled")
+STATES = ("scheduled", "waiting", "available", "running", "completed", "dead", "cancelled")
 
 # Each value cast to the parameter's type: a bad value is refused as such,
 # never as a missing function.
@@ -52,7 +52,7 @@ WITH active AS (
     SELECT j.id, j.queue, j.task, j.state::text AS state, j.attempt, j.max_attempts, j.run_at,
            j.leased_by AS worker, j.last_error AS error, j.created_at, NULL::timestamptz AS finished_at
     FROM pgsched.jobs j
-    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'available', 'running'])
+    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'waiting', 'available', 'running'])
       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]::pgsched.job_state[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
