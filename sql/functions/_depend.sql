@@ -35,6 +35,8 @@ DECLARE
     v_active bigint[];
     v_failed bigint[];
     v_failed_states text[];
+    v_outside bigint[];
+    v_met bigint[];
     v_job pgsched.jobs;
 BEGIN
     SELECT u.ord, u.deps, u.policy, e.v,
@@ -79,54 +81,64 @@ BEGIN
     END IF;
 
     -- One edge per (job, dependency), references resolved to the ids drawn.
+    -- A reference to a row this call inserted (it has a shard) is active by
+    -- construction, and no one else sees it yet: only the others are looked up.
     SELECT pg_catalog.array_agg(x.ord ORDER BY x.job, x.dep), pg_catalog.array_agg(x.job ORDER BY x.job, x.dep),
            pg_catalog.array_agg(x.shard ORDER BY x.job, x.dep), pg_catalog.array_agg(x.policy ORDER BY x.job, x.dep),
-           pg_catalog.array_agg(x.dep ORDER BY x.job, x.dep)
-    INTO v_ords, v_jobs, v_job_shards, v_on_failure, v_on
+           pg_catalog.array_agg(x.dep ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(DISTINCT x.dep) FILTER (WHERE NOT x.internal)
+    INTO v_ords, v_jobs, v_job_shards, v_on_failure, v_on, v_outside
     FROM (SELECT DISTINCT u.ord, u.id AS job, u.shard, coalesce(u.policy, 'cancel') AS policy,
-                 CASE WHEN e.v::numeric > 0 THEN e.v::numeric::bigint ELSE p_ids[(-e.v::numeric)::integer] END AS dep
+                 CASE WHEN e.v::numeric > 0 THEN e.v::numeric::bigint ELSE p_ids[(-e.v::numeric)::integer] END AS dep,
+                 e.v::numeric < 0 AND p_shards[(-e.v::numeric)::integer] IS NOT NULL AS internal
           FROM unnest(p_ids, p_shards, p_deps, p_policies) WITH ORDINALITY AS u(id, shard, deps, policy, ord)
           CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(u.deps) AS e(v)) x;
     IF v_jobs IS NULL THEN
         RETURN;
     END IF;
 
-    -- Active dependencies, held until commit so none finishes unseen.
-    SELECT pg_catalog.array_agg(s.id) INTO v_active
-    FROM (SELECT j.id FROM pgsched.jobs j
-          WHERE j.id = ANY (v_on) AND pgsched._tenant_visible(j.tenant)
-          ORDER BY j.id
-          FOR KEY SHARE OF j) s;
-    -- The others, from history (a new snapshot: one that finished while we
-    -- waited for its row is there). The latest outcome counts.
-    SELECT pg_catalog.array_agg(h.id), pg_catalog.array_agg(h.state::text)
-    INTO v_failed, v_failed_states
-    FROM (SELECT DISTINCT ON (h.id) h.id, h.state
-          FROM pgsched.job_history h
-          WHERE h.id = ANY (v_on) AND h.id <> ALL (coalesce(v_active, '{}'))
-            AND pgsched._tenant_visible(h.tenant)
-          ORDER BY h.id, h.finished_at DESC) h
-    WHERE h.state <> 'completed';
+    IF v_outside IS NOT NULL THEN
+        -- Active dependencies, held until commit so none finishes unseen.
+        SELECT pg_catalog.array_agg(s.id) INTO v_active
+        FROM (SELECT j.id FROM pgsched.jobs j
+              WHERE j.id = ANY (v_outside) AND pgsched._tenant_visible(j.tenant)
+              ORDER BY j.id
+              FOR KEY SHARE OF j) s;
+        -- The others, from history (a new snapshot: one that finished while
+        -- we waited for its row is there). The latest outcome counts.
+        SELECT pg_catalog.array_agg(h.id) FILTER (WHERE h.state <> 'completed'),
+               pg_catalog.array_agg(h.state::text) FILTER (WHERE h.state <> 'completed'),
+               pg_catalog.array_agg(h.id) FILTER (WHERE h.state = 'completed')
+        INTO v_failed, v_failed_states, v_met
+        FROM (SELECT DISTINCT ON (h.id) h.id, h.state
+              FROM pgsched.job_history h
+              WHERE h.id = ANY (ARRAY(SELECT o.id FROM unnest(v_outside) AS o(id)
+                                      WHERE NOT EXISTS (SELECT 1 FROM unnest(v_active) AS a(id) WHERE a.id = o.id)))
+                AND pgsched._tenant_visible(h.tenant)
+              ORDER BY h.id, h.finished_at DESC) h;
 
-    SELECT e.ord, e.dep INTO v_bad
-    FROM unnest(v_ords, v_on) AS e(ord, dep)
-    WHERE e.dep <> ALL (coalesce(v_active, '{}')) AND e.dep <> ALL (coalesce(v_failed, '{}'))
-      AND NOT EXISTS (SELECT 1 FROM pgsched.job_history h
-                      WHERE h.id = e.dep AND h.state = 'completed' AND pgsched._tenant_visible(h.tenant))
-    ORDER BY e.ord
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'pgsched: %depends_on %: no such job',
-                CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END, v_bad.dep
-            USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on',
-                  HINT = 'A job can depend on jobs this session can see, active or in the history.';
+        SELECT e.ord, e.dep INTO v_bad
+        FROM unnest(v_ords, v_on) AS e(ord, dep)
+        WHERE e.dep = ANY (v_outside)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_active) AS a(id) WHERE a.id = e.dep)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+        ORDER BY e.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: %depends_on %: no such job',
+                    CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END, v_bad.dep
+                USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on',
+                      HINT = 'A job can depend on jobs this session can see, active or in the history.';
+        END IF;
     END IF;
 
+    -- Rows for every dependency not met: active ones, and failed ones a job waits out.
     INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
     SELECT e.dep, e.job, e.shard, e.policy
     FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
-    WHERE e.dep = ANY (coalesce(v_active, '{}'))
-       OR (e.dep = ANY (coalesce(v_failed, '{}')) AND e.policy = 'wait');
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+      AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep));
 
     -- A dependency already dead or cancelled: the policy, at once.
     FOR v_bad IN
