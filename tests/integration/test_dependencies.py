@@ -1,4 +1,4 @@
-"""Job dependencies from Python: using(depends_on=...), graphs in one enqueue_many, and a 1,000-job graph run by workers."""
+"""Dependencies from Python: using(depends_on=...), graphs in one enqueue_many, a 1,000-job graph run by workers."""
 
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ def test_a_graph_in_one_enqueue_many_by_spec_or_position(app: App) -> None:
     assert [h.state() for h in ids] == [JobState.AVAILABLE, JobState.WAITING, JobState.WAITING, JobState.WAITING]
     while app.drain().ran:
         pass
-    assert order[0] == "extract" and order[-1] == "load" and sorted(order[1:3]) == ["check", "transform"]
+    assert order[0] == "extract"
+    assert order[-1] == "load"
+    assert sorted(order[1:3]) == ["check", "transform"]
 
 
 def test_bad_dependencies_are_refused_before_anything_is_written(app: App, conn: psycopg.Connection[Any]) -> None:
@@ -56,7 +58,7 @@ def test_bad_dependencies_are_refused_before_anything_is_written(app: App, conn:
     outside = x.job()
     with pytest.raises(ValueError, match="not in this batch"):
         app.enqueue_many([x.job(), x.using(depends_on=[outside]).job()])
-    with pytest.raises(InvalidJob, match="row 1 of the batch.*refers to row 2"):
+    with pytest.raises(InvalidJob, match=r"row 1 of the batch.*refers to row 2"):
         app.enqueue_many([x.using(depends_on=[Ref(1)]).job(), x.job()])
     with pytest.raises(InvalidJob, match="row 2 of the batch: depends_on 99999: no such job"):
         app.enqueue_many([x.job(), x.using(depends_on=[Ref(0), 99999]).job()])
@@ -103,9 +105,7 @@ def layered_dag(n: int, seed: int = 12) -> list[list[int]]:
     return deps
 
 
-def test_a_1000_job_graph_runs_in_dependency_order(
-    app: App, conn: psycopg.Connection[Any], start_worker: Any
-) -> None:
+def test_a_1000_job_graph_runs_in_dependency_order(app: App, conn: psycopg.Connection[Any], start_worker: Any) -> None:
     """No job starts before every one of its dependencies finished (history: started_at vs finished_at)."""
 
     @app.task(name="dag.node")

@@ -45,8 +45,9 @@ def test_a_dependent_waits_and_is_due_in_the_transaction_of_the_last_completion(
     c = enqueue(conn, "c", depends_on=[a, b])
     assert state(conn, c) == "waiting"
     assert sorted(r["id"] for r in claim(conn, 10)) == [a, b]  # never c
-    ta, tb = scalar(conn, "SELECT lease_token FROM pgsched.jobs WHERE id = %s", [a]), scalar(
-        conn, "SELECT lease_token FROM pgsched.jobs WHERE id = %s", [b]
+    ta, tb = (
+        scalar(conn, "SELECT lease_token FROM pgsched.jobs WHERE id = %s", [a]),
+        scalar(conn, "SELECT lease_token FROM pgsched.jobs WHERE id = %s", [b]),
     )
     assert complete(conn, [(a, ta)]) == {a: True}
     assert state(conn, c) == "waiting"
@@ -148,7 +149,8 @@ def test_a_batch_is_a_graph_with_references_to_earlier_rows(conn: Conn) -> None:
 def test_a_batch_refuses_forward_references_and_unknown_ids_naming_the_row(conn: Conn) -> None:
     with refused("22023") as info:
         enqueue_many(conn, ["x", "y", "z"], depends_on=[[], [-3], []])
-    assert "row 2 of the batch" in str(info.value) and "refers to row 3" in str(info.value)
+    assert "row 2 of the batch" in str(info.value)
+    assert "refers to row 3" in str(info.value)
     with refused("22023") as info:
         enqueue_many(conn, ["x", "y"], depends_on=[[], [-2]])  # itself: a cycle
     assert "row 2 of the batch" in str(info.value)
@@ -157,11 +159,13 @@ def test_a_batch_refuses_forward_references_and_unknown_ids_naming_the_row(conn:
     assert "row 2 of the batch" in str(info.value)
     with refused("23503") as info:
         enqueue_many(conn, ["x", "y", "z"], depends_on=[[], [-1], [424242]])
-    assert "row 3 of the batch" in str(info.value) and "424242" in str(info.value)
+    assert "row 3 of the batch" in str(info.value)
+    assert "424242" in str(info.value)
     with refused("22023") as info:
         enqueue_many(conn, ["x", "y"], depends_on=[[], [-1]], on_dependency_failure=[None, "later"])
     assert "row 2 of the batch" in str(info.value)
-    assert count(conn) == 0 and edges(conn) == []
+    assert count(conn) == 0
+    assert edges(conn) == []
 
 
 def test_a_batch_row_whose_key_is_held_stands_for_the_holder(conn: Conn) -> None:
