@@ -69,6 +69,7 @@ def round_(dsn: str, jobs: int, clients: int, deps: list[list[int]] | None) -> t
 
     def loop(i: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("LISTEN pgsched_jobs")
             pid = conn.info.backend_pid
             start = _cpu_ns(pid)
             while True:
@@ -77,8 +78,11 @@ def round_(dsn: str, jobs: int, clients: int, deps: list[list[int]] | None) -> t
                     (f"w{i}",),
                 ).fetchall()
                 if not rows:
-                    # Waiting jobs may still be released by another loop's completion.
+                    # Waiting jobs may still be released by another loop's completion:
+                    # wait for its wake-up (or 50 ms) instead of spinning on claims.
                     if conn.execute("SELECT EXISTS (SELECT 1 FROM pgsched.jobs)").fetchone() == (True,):
+                        for _ in conn.notifies(timeout=0.05, stop_after=1):
+                            pass
                         continue
                     cpu[i] = _cpu_ns(pid) - start
                     return

@@ -7,10 +7,10 @@
 -- (pgsched.retry) completes. _finish calls it; each job cancelled here is
 -- filed by _finish too, which drops that job's own dependency rows.
 --
--- Breadth first, one level per round, instead of _finish recursing into
--- itself: a chain of a thousand jobs would otherwise nest a thousand calls
--- deep. pgsched.settling tells the nested _finish calls to leave the walk
--- to this loop.
+-- The whole graph below is found first (a recursive query), and the rows
+-- that led to it are deleted before the jobs are filed: each _finish then
+-- finds no 'cancel' dependents left, so it calls back here for nothing, and
+-- a chain of thousands of jobs is one loop, not a thousand nested calls.
 CREATE OR REPLACE FUNCTION pgsched._fail_dependents(
     p_id    bigint,
     p_state pgsched.job_state,
@@ -21,37 +21,44 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_frontier bigint[] := ARRAY[p_id];
-    v_next bigint[];
-    v_state text := p_state::text;
-    v_edge record;
+    v_jobs bigint[];
+    v_shards smallint[];
+    v_deps bigint[];
     v_job pgsched.jobs;
     v_count integer := 0;
 BEGIN
-    PERFORM pg_catalog.set_config('pgsched.settling', 'on', true);
-    WHILE pg_catalog.cardinality(v_frontier) > 0 LOOP
-        v_next := '{}';
-        -- In id order, like every path that takes several job rows.
-        FOR v_edge IN
-            SELECT DISTINCT ON (d.job) d.job, d.job_shard, d.depends_on
-            FROM pgsched.job_dependencies d
-            WHERE d.depends_on = ANY (v_frontier) AND d.on_failure = 'cancel'
-            ORDER BY d.job, d.depends_on
-        LOOP
-            DELETE FROM pgsched.jobs j
-            WHERE j.id = v_edge.job AND j.shard = v_edge.job_shard AND j.state = 'waiting'
-            RETURNING j.* INTO v_job;
-            IF FOUND THEN
-                PERFORM pgsched._finish(v_job, 'cancelled', p_now,
-                                        pg_catalog.format('dependency %s %s', v_edge.depends_on, v_state));
-                v_next := v_next || v_job.id;
-                v_count := v_count + 1;
-            END IF;
-        END LOOP;
-        v_frontier := v_next;
-        v_state := 'cancelled';
+    WITH RECURSIVE doomed (job, shard, dep) AS (
+        SELECT d.job, d.job_shard, d.depends_on
+        FROM pgsched.job_dependencies d
+        WHERE d.depends_on = p_id AND d.on_failure = 'cancel'
+        UNION
+        SELECT d.job, d.job_shard, d.depends_on
+        FROM doomed x
+        JOIN pgsched.job_dependencies d ON d.depends_on = x.job AND d.on_failure = 'cancel'
+    ), reasons AS (
+        -- one reason per job: its lowest dependency among those that fail
+        SELECT DISTINCT ON (x.job) x.job, x.shard, x.dep FROM doomed x ORDER BY x.job, x.dep
+    )
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.shard ORDER BY f.job),
+           pg_catalog.array_agg(f.dep ORDER BY f.job)
+    INTO v_jobs, v_shards, v_deps
+    FROM reasons f;
+    IF v_jobs IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM pgsched.job_dependencies d
+    WHERE d.on_failure = 'cancel' AND (d.depends_on = p_id OR d.depends_on = ANY (v_jobs));
+    -- In id order, like every path that takes several job rows.
+    FOR i IN 1 .. pg_catalog.cardinality(v_jobs) LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_jobs[i] AND j.shard = v_shards[i] AND j.state = 'waiting'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', p_now, pg_catalog.format(
+                'dependency %s %s', v_deps[i], CASE WHEN v_deps[i] = p_id THEN p_state::text ELSE 'cancelled' END));
+            v_count := v_count + 1;
+        END IF;
     END LOOP;
-    PERFORM pg_catalog.set_config('pgsched.settling', '', true);
     RETURN v_count;
 END
 $$;

@@ -50,8 +50,7 @@ BEGIN
         DELETE FROM pgsched.job_dependencies d WHERE d.job = p_job.id;
     END IF;
     IF p_state <> 'completed'
-       AND pg_catalog.current_setting('pgsched.settling', true) IS DISTINCT FROM 'on'
-       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id) THEN
+       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'cancel') THEN
         PERFORM pgsched._fail_dependents(p_job.id, p_state, p_now);
     END IF;
     IF p_job.idempotency_key IS NOT NULL THEN

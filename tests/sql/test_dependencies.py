@@ -240,3 +240,15 @@ def test_an_enqueue_racing_the_completion_of_its_dependency_is_released(conn: Co
         assert done.wait(30)
         t.join(30)
     assert state(conn, b) == "available"
+
+
+def test_a_job_that_waits_stops_the_cancellation_and_keeps_its_own_dependents(conn: Conn) -> None:
+    a, w, k, other = enqueue_many(
+        conn, ["a", "w", "k", "o"], depends_on=[[], [-1], [-2], [-1]], on_dependency_failure=[None, "wait", None, None]
+    )
+    assert cancel(conn, a) == "cancelled"
+    assert [state(conn, i) for i in (w, k, other)] == ["waiting", "waiting", "cancelled"]
+    assert edges(conn) == [(a, w), (w, k)]
+    assert cancel(conn, w) == "cancelled"  # giving up on the one that waits takes its dependents along
+    assert [h["error"] for h in history(conn, k)] == [f"dependency {w} cancelled"]
+    assert edges(conn) == []
