@@ -29,7 +29,7 @@ from pgsched.errors import (
 )
 from pgsched.handle import JobHandle, JobStatus
 from pgsched.job import ClaimedJob, JobContext, JobState, current_job
-from pgsched.task import JobSpec, Task
+from pgsched.task import JobSpec, Ref, Task
 
 __version__ = "0.1.0"
 
@@ -54,6 +54,7 @@ __all__ = [
     "JobWasCancelled",
     "LeaseLost",
     "PgschedError",
+    "Ref",
     "ResultTimeout",
     "Retry",
     "RunFailed",

@@ -20,7 +20,7 @@ from pgsched import queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 from pgsched.events import EventHooks, H
 from pgsched.handle import JobHandle
-from pgsched.task import JobSpec, Task, check_timeout
+from pgsched.task import JobSpec, Ref, Task, check_timeout
 
 if TYPE_CHECKING:
     from pgsched.drain import DrainResult
@@ -386,6 +386,8 @@ class App:
         labels: Sequence[str] | None = None,
         tenant: str | None = None,
         timeout: float | timedelta | None = None,
+        depends_on: Sequence[int] = (),
+        on_dependency_failure: str | None = None,
     ) -> JobHandle:
         """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
 
@@ -411,6 +413,8 @@ class App:
             tenant=tenant,
             timeout=timeout,
             service=registered.service if registered else False,
+            depends_on=tuple(depends_on),
+            on_dependency_failure=on_dependency_failure,
         )
         return self.enqueue_spec(spec, conn=conn)
 
@@ -619,6 +623,8 @@ def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
         list(spec.labels),
         spec.tenant,
         None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout")),
+        _dependency_ids(spec) or None,
+        spec.on_dependency_failure,
     )
 
 
@@ -673,6 +679,36 @@ def _command_params(
     )
 
 
+def _dependency_ids(spec: JobSpec) -> list[int]:
+    for dep in spec.depends_on:
+        if not isinstance(dep, int):
+            raise TypeError(
+                f"depends_on of a {spec.task!r} job: {dep!r} refers to a job of a batch; use App.enqueue_many()"
+            )
+    return [int(d) for d in spec.depends_on if isinstance(d, int)]
+
+
+def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
+    """Each job's dependencies as enqueue_many takes them: ids, and -n for the n-th (1-based) row of the batch."""
+    if not any(s.depends_on for s in specs):
+        return None
+    position = {id(s): n for n, s in enumerate(specs)}
+    rows = []
+    for spec in specs:
+        row = []
+        for dep in spec.depends_on:
+            if isinstance(dep, Ref):
+                row.append(-(dep.index + 1))
+            elif isinstance(dep, JobSpec):
+                if id(dep) not in position:
+                    raise ValueError(f"depends_on of a {spec.task!r} job names a {dep.task!r} job not in this batch")
+                row.append(-(position[id(dep)] + 1))
+            else:
+                row.append(int(dep))
+        rows.append(row)
+    return json.dumps(rows)
+
+
 def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
     for n, spec in enumerate(specs, 1):
         if spec.timeout is not None:
@@ -692,6 +728,8 @@ def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
         [s.max_attempts for s in specs],
         [s.tenant for s in specs],
         labels,
+        _dependency_json(specs),
+        [s.on_dependency_failure for s in specs] if any(s.on_dependency_failure for s in specs) else None,
     )
 
 

@@ -168,7 +168,7 @@ class RunFailed(Exception):
 
 
 # SQLSTATE classes that mean "this input was refused".
-_INVALID_INPUT = {"23514", "23502", "22P02", "22023", "22007", "22008", "22003", "42501"}
+_INVALID_INPUT = {"23514", "23502", "23503", "22P02", "22023", "22007", "22008", "22003", "42501"}
 IDEMPOTENCY_CONFLICT = "PS422"
 
 # What each rule of pgsched.jobs asks, for errors PostgreSQL itself raised

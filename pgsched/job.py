@@ -16,6 +16,7 @@ class JobState(StrEnum):
     """The states of pgsched.job_state, in lifecycle order."""
 
     SCHEDULED = "scheduled"
+    WAITING = "waiting"  # for its dependencies
     AVAILABLE = "available"
     RUNNING = "running"
     COMPLETED = "completed"

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ACTIVE_STATES: Final = ("scheduled", "available", "running")
+ACTIVE_STATES: Final = ("scheduled", "waiting", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")
 # What became of a job a worker ran: the label values of pgsched_worker_jobs_total{outcome}.
 OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost")
@@ -60,7 +60,7 @@ JOB_BUCKETS: Final = (
 QUEUES_SQL: Final[LiteralString] = """
 SELECT coalesce(s.queue, d.queue) AS queue,
        coalesce(s.paused, false) AS paused,
-       coalesce(s.scheduled, 0) AS scheduled, coalesce(s.available, 0) AS available,
+       coalesce(s.scheduled, 0) AS scheduled, coalesce(s.waiting, 0) AS waiting, coalesce(s.available, 0) AS available,
        coalesce(s.running, 0) AS running, coalesce(s.claimed, 0) AS claimed, coalesce(s.retrying, 0) AS retrying,
        coalesce(s.lease_expired, 0) AS lease_expired, coalesce(s.oldest_due_age_s, 0) AS oldest_due_age_s,
        coalesce(s.completed_5m, 0) AS completed_5m, coalesce(s.dead_5m, 0) AS dead_5m,
@@ -127,7 +127,8 @@ def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
     q = ["queue"]
     jobs = GaugeMetricFamily(
         "pgsched_jobs",
-        "Active jobs per queue and state (scheduled, available, running: started, claimed: waiting for a slot).",
+        "Active jobs per queue and state (scheduled, waiting: for dependencies, available, running: started,"
+        " claimed: waiting for a slot).",
         labels=["queue", "state"],
     )
     oldest = GaugeMetricFamily(

@@ -48,6 +48,8 @@ class JobSpec:
     tenant: str | None = None
     timeout: float | timedelta | None = None
     service: bool = False  # a service job: runs until cancelled (pgsched.enqueue_service)
+    depends_on: Sequence[int | JobSpec | Ref] = ()
+    on_dependency_failure: str | None = None
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
@@ -74,6 +76,19 @@ class JobSpec:
             raise ValueError(
                 f"labels of a {self.task!r} job must be a sequence of non-empty strings, not {self.labels!r}"
             )
+        if isinstance(self.depends_on, str | int | JobSpec | Ref) or not all(
+            isinstance(d, JobSpec | Ref) or (isinstance(d, int) and not isinstance(d, bool) and d > 0)
+            for d in self.depends_on
+        ):
+            raise ValueError(
+                f"depends_on of a {self.task!r} job must be a sequence of job ids (or JobHandles), and within"
+                f" enqueue_many of JobSpecs or Refs of the same batch, not {self.depends_on!r}"
+            )
+        if self.on_dependency_failure not in (None, "cancel", "wait"):
+            raise ValueError(
+                f"on_dependency_failure of a {self.task!r} job must be 'cancel' or 'wait',"
+                f" not {self.on_dependency_failure!r}"
+            )
 
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""
@@ -81,6 +96,17 @@ class JobSpec:
             return json.dumps(self.args, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A dependency on another job of the same ``App.enqueue_many`` batch, by its 0-based position."""
+
+    index: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
+            raise ValueError(f"Ref takes a 0-based position in the batch, not {self.index!r}")
 
 
 _OPTION_NAMES = frozenset(
@@ -95,6 +121,8 @@ _OPTION_NAMES = frozenset(
         "tenant",
         "timeout",
         "service",
+        "depends_on",
+        "on_dependency_failure",
     }
 )
 
@@ -230,9 +258,14 @@ class Task(Generic[P, R]):
     def using(self, **options: Any) -> BoundTask:
         """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant, timeout,
         service."""
+        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant,
+        depends_on (job ids or handles; in enqueue_many also JobSpecs or Refs of the same batch) and
+        on_dependency_failure ('cancel', the default, or 'wait'): see docs/dependencies.md."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+        if isinstance(options.get("depends_on"), list):
+            options = {**options, "depends_on": tuple(options["depends_on"])}
         return BoundTask(self, options)
 
     def policy(self) -> dict[str, Any]:

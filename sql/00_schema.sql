@@ -31,6 +31,7 @@ CREATE SEQUENCE pgsched.job_events_seq AS bigint;
 
 CREATE TYPE pgsched.job_state AS ENUM (
     'scheduled',   -- waiting for run_at
+    'waiting',     -- waiting for its dependencies (pgsched.job_dependencies)
     'available',   -- due, claimable
     'running',     -- leased to a worker under a fencing token
     'completed',   -- terminal: the handler returned

@@ -54,12 +54,13 @@ CREATE TABLE pgsched.jobs (
         WHEN 'running' THEN lease_token IS NOT NULL AND leased_by IS NOT NULL AND lease_expires_at IS NOT NULL
         WHEN 'available' THEN lease_token IS NULL
         WHEN 'scheduled' THEN lease_token IS NULL
-        ELSE false END),
+        -- compared as text: an enum value cannot be used in the transaction that adds it (a migration)
+        ELSE state::text = 'waiting' AND lease_token IS NULL END),
     CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
     CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0')
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
-    'Active jobs (scheduled, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
+    'Active jobs (scheduled, waiting, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
 COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current lease; every claim draws a new, larger one.';
 COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
 COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
@@ -216,3 +217,21 @@ CREATE TABLE pgsched.tenant_roles (
 );
 COMMENT ON TABLE pgsched.tenant_roles IS
     'Login roles confined to one tenant (bind_tenant / unbind_tenant); decided from session_user, so SET ROLE changes nothing.';
+
+-- Job dependencies: one row per dependency a waiting job still waits for.
+-- The row goes when its dependency completes, and the job is due in that
+-- transaction when its last row went (see _release_dependents). Keyed by
+-- depends_on, so a completion finds its dependents, or that it has none, in
+-- one index probe. on_failure is the dependent's policy for a dependency that
+-- ends dead or cancelled: 'cancel' it (and its own dependents), or 'wait'
+-- for a redrive (pgsched.retry of the dependency).
+CREATE TABLE pgsched.job_dependencies (
+    depends_on bigint   NOT NULL,
+    job        bigint   NOT NULL,
+    job_shard  smallint NOT NULL,
+    on_failure text     NOT NULL DEFAULT 'cancel',
+    CONSTRAINT job_dependencies_pkey PRIMARY KEY (depends_on, job),
+    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait'))
+);
+COMMENT ON TABLE pgsched.job_dependencies IS
+    'Unmet dependencies of waiting jobs (job waits for depends_on); written by enqueue and the functions that finish jobs.';

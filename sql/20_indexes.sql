@@ -29,3 +29,6 @@ CREATE INDEX job_events_at_idx ON pgsched.job_events USING brin (at);
 -- Occurrences of recurring schedules: overlap policies look up a schedule's runs.
 CREATE INDEX jobs_schedule_idx ON pgsched.jobs (schedule)
     WHERE schedule IS NOT NULL;
+
+-- A waiting job's own dependencies: dropped with it when it is cancelled.
+CREATE INDEX job_dependencies_job_idx ON pgsched.job_dependencies (job);

@@ -14,6 +14,8 @@ WITH active AS (
            pg_catalog.count(*) FILTER (WHERE j.state IN ('scheduled', 'available') AND j.attempt > 0) AS retrying,
            pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at < pg_catalog.now())
                AS lease_expired,
+           -- compared as text: an enum value cannot be used in the transaction that adds it (a migration)
+           pg_catalog.count(*) FILTER (WHERE j.state::text = 'waiting') AS waiting,
            pg_catalog.min(j.run_at) FILTER (
                WHERE j.state = 'available' OR (j.state = 'scheduled' AND j.run_at <= pg_catalog.now()))
                AS oldest_due_at
@@ -56,13 +58,14 @@ SELECT n.queue,
        r.lag_p50::double precision AS lag_p50_s,
        r.lag_p95::double precision AS lag_p95_s,
        r.lag_p99::double precision AS lag_p99_s,
-       coalesce(a.claimed, 0) AS claimed
+       coalesce(a.claimed, 0) AS claimed,
+       coalesce(a.waiting, 0) AS waiting
 FROM names n
 LEFT JOIN active a ON a.queue = n.queue
 LEFT JOIN recent r ON r.queue = n.queue
 LEFT JOIN pgsched.queues q ON q.name = n.queue;
 COMMENT ON VIEW pgsched.queue_stats IS
-    'Per queue: depth by state (running: handler started; claimed: leased, waiting for a slot), oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
+    'Per queue: depth by state (running: handler started; claimed: leased, waiting for a slot; waiting: for dependencies), oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
 
 -- dead_letters: jobs whose latest outcome is dead and that were not redriven.
 CREATE OR REPLACE VIEW pgsched.dead_letters AS

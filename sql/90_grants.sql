@@ -58,7 +58,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.c
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
     pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
-    pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history
+    pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history, pgsched.job_dependencies
     TO pgsched_worker;
 
 GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many,
@@ -135,4 +135,8 @@ $$;
 -- The rollup sums every tenant's work: only unconfined roles read it.
 ALTER TABLE pgsched.queue_minutes ENABLE ROW LEVEL SECURITY;
 CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
+-- Dependency rows carry no tenant: a confined session sees none.
+ALTER TABLE pgsched.job_dependencies ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_dependencies_unscoped ON pgsched.job_dependencies
     USING ((SELECT pgsched._tenant_scope()) IS NULL);

@@ -31,7 +31,7 @@ from pgsched.task import PRIORITY_MAX, PRIORITY_MIN
 
 Conn = psycopg.Connection[dict[str, Any]]
 
-STATES = ("scheduled", "available", "running", "completed", "dead", "cancelled")
+STATES = ("scheduled", "waiting", "available", "running", "completed", "dead", "cancelled")
 
 # Each value cast to the parameter's type: a bad value is refused as such,
 # never as a missing function.
@@ -55,7 +55,7 @@ WITH active AS (
            CASE WHEN j.service AND j.state = 'running' THEN pg_catalog.now() - coalesce(j.started_at, j.claimed_at)
            END AS uptime
     FROM pgsched.jobs j
-    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'available', 'running'])
+    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'waiting', 'available', 'running'])
       AND (NOT %(services)s OR j.service)
       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]::pgsched.job_state[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)

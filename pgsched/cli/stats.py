@@ -66,6 +66,7 @@ NOW_HEADINGS = {
     "queue": "queue",
     "paused": "paused",
     "scheduled": "scheduled",
+    "waiting": "waiting",
     "available": "available",
     "running": "running",
     "claimed": "claimed",
@@ -230,6 +231,7 @@ def stats(
     \b
     queues now
       scheduled      waiting for their time
+      waiting        waiting for their dependencies to complete
       available      due, waiting for a worker
       running        its handler has started
       claimed        leased by a worker, waiting for a free slot

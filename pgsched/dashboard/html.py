@@ -142,7 +142,19 @@ def badge(state: object) -> Safe:
 
 
 _BADGE_CLASSES: Final = frozenset(
-    {"scheduled", "available", "running", "completed", "dead", "cancelled", "paused", "fire", "other", "enabled"}
+    {
+        "scheduled",
+        "waiting",
+        "available",
+        "running",
+        "completed",
+        "dead",
+        "cancelled",
+        "paused",
+        "fire",
+        "other",
+        "enabled",
+    }
 )
 
 

@@ -162,6 +162,7 @@ QUEUE_COLUMNS = (
     Column("queue"),
     Column("status"),
     Column("scheduled", "num"),
+    Column("waiting", "num"),
     Column("available", "num"),
     Column("running", "num"),
     Column("claimed", "num"),
@@ -185,6 +186,7 @@ def _queue_row(view: View, q: Mapping[str, Any]) -> list[object]:
         _queue_link(q["queue"]),
         badge("paused") if q["paused"] else badge("active"),
         number(q["scheduled"]),
+        number(q.get("waiting", 0)),
         number(q["available"]),
         number(q["running"]),
         number(q["claimed"]),
@@ -208,7 +210,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
     queues: Sequence[Mapping[str, Any]] = data["queues"]
     totals = {
         key: sum(int(q[key]) for q in queues)
-        for key in ("scheduled", "available", "running", "claimed", "dead_letters")
+        for key in ("scheduled", "waiting", "available", "running", "claimed", "dead_letters")
     }
     oldest = max((float(q["oldest_due_age_s"]) for q in queues), default=0.0)
     grid = join(
@@ -217,6 +219,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             _stat("running", number(totals["running"])),
             _stat("claimed (waiting for a slot)", number(totals["claimed"])),
             _stat("scheduled", number(totals["scheduled"])),
+            _stat("waiting (for dependencies)", number(totals["waiting"])),
             _stat("oldest due job waiting", _age(oldest) or "—"),
             _stat("dead letters", number(totals["dead_letters"])),
             _stat("workers live", number(data["workers_live"])),

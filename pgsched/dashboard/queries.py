@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgsched.metrics import QueueSnapshot, read_snapshot_async
 from pgsched.replica import replica_state_async
 
-ACTIVE_STATES: Final = ("scheduled", "available", "running")
+ACTIVE_STATES: Final = ("scheduled", "waiting", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")
 STATES: Final = ACTIVE_STATES + FINISHED_STATES
 
@@ -49,7 +49,7 @@ WITH active AS (
     FROM pgsched.jobs j
     WHERE j.queue = %(queue)s
       AND (%(state)s::text IS NULL OR j.state::text = %(state)s::text)
-      AND (%(state)s::text IS NULL OR %(state)s::text IN ('scheduled', 'available', 'running'))
+      AND (%(state)s::text IS NULL OR %(state)s::text IN ('scheduled', 'waiting', 'available', 'running'))
       AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(limit)s

@@ -4,7 +4,9 @@
 -- history row in p_state, one audit event, the idempotency key's
 -- retention clock started (a service's key is freed at once), and the status event on pgsched_events (when
 -- pgsched.config.events is on; payload in docs/events.md, the same as
--- complete()'s). Callers do the check-and-write; this only files.
+-- complete()'s); a waiting job's dependency rows dropped, and a dead or
+-- cancelled job's dependents cancelled or left waiting by their policy
+-- (_fail_dependents). Callers do the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
@@ -42,6 +44,15 @@ BEGIN
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
         VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
                 coalesce(p_detail, CASE WHEN p_error IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object('error', p_error) END));
+    END IF;
+    -- Dependencies (docs/dependencies.md): a waiting job takes its own rows
+    -- with it; a dead or cancelled one applies its dependents' policy.
+    IF p_job.state = 'waiting' THEN
+        DELETE FROM pgsched.job_dependencies d WHERE d.job = p_job.id;
+    END IF;
+    IF p_state <> 'completed'
+       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'cancel') THEN
+        PERFORM pgsched._fail_dependents(p_job.id, p_state, p_now);
     END IF;
     IF p_job.idempotency_key IS NOT NULL THEN
         UPDATE pgsched.idempotency_keys k

@@ -1,5 +1,5 @@
 -- cancel
--- contract: a waiting job (scheduled or available) is cancelled at once and
+-- contract: a waiting job (scheduled, waiting or available) is cancelled at once and
 -- returns 'cancelled'; once that is returned the job can never start. A
 -- running job gets a cancel request ('cancel_requested'), and its worker is
 -- told at once: a NOTIFY on pgsched_cancel whose payload is the job id only
@@ -42,7 +42,7 @@ BEGIN
     -- retry); each statement is fenced on state, so try the pair again.
     FOR i IN 1 .. 3 LOOP
         DELETE FROM pgsched.jobs j
-        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'available')
+        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'waiting', 'available')
         RETURNING j.* INTO v_job;
         IF FOUND THEN
             PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'cancelled before it ran');

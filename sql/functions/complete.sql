@@ -5,7 +5,9 @@
 -- A stale token (the lease expired and the job was handed to someone else, or
 -- it already finished) changes nothing. Returns one row per input job saying
 -- whether it was accepted. Each accepted job sends its status event on
--- pgsched_events when pgsched.config.events is on (docs/events.md). shards, when given, lets each lookup go straight
+-- pgsched_events when pgsched.config.events is on (docs/events.md). Waiting
+-- jobs whose last dependency this completes become due in the same
+-- transaction (docs/dependencies.md). shards, when given, lets each lookup go straight
 -- to the job's partition.
 CREATE OR REPLACE FUNCTION pgsched.complete(
     job_ids bigint[],
@@ -73,5 +75,10 @@ BEGIN
     FROM input u
     LEFT JOIN done d ON d.id = u.id
     CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) n;
+    -- Dependents of what completed become due in this transaction; without
+    -- any, one index probe. A statement of its own (see _release_dependents).
+    IF EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = ANY (complete.job_ids)) THEN
+        PERFORM pgsched._release_dependents(complete.job_ids, v_now);
+    END IF;
 END
 $$;

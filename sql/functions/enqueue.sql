@@ -6,6 +6,9 @@
 -- there is one (so a key always lands on the same shard), else it is random.
 -- A refused value raises with its column named (see _check_job). timeout:
 -- the time limit of each run (NULL: the task's, else none), see start().
+-- With depends_on (job ids), the job waits (state 'waiting') until every
+-- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
+-- a dependency ending dead or cancelled does to it (see _depend).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts as a trusted writer
@@ -20,7 +23,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue(
     max_attempts    integer     DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
     tenant          text        DEFAULT NULL,
-    timeout         interval    DEFAULT NULL
+    timeout         interval    DEFAULT NULL,
+    depends_on      bigint[]    DEFAULT NULL,
+    on_dependency_failure text  DEFAULT 'cancel'
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -36,6 +41,7 @@ DECLARE
     v_shard smallint;
     v_queue text := coalesce(enqueue.queue, 'default');
     v_max integer := enqueue.max_attempts;
+    v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
 BEGIN
     PERFORM pgsched._check_tenant(enqueue.tenant);
     PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
@@ -48,6 +54,9 @@ BEGIN
         RAISE EXCEPTION 'pgsched: timeout % is not allowed: it must be positive (NULL means none)', enqueue.timeout
             USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive', COLUMN = 'timeout',
                   SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
+        PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
     END IF;
     IF v_max IS NULL THEN
         SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
@@ -76,12 +85,20 @@ BEGIN
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
          timeout)
-    VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+    VALUES (v_id, v_shard,
+            CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
             enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant, enqueue.timeout);
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
-    IF v_run_at <= v_now THEN
+    IF v_waits THEN
+        IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: depends_on % holds a NULL', enqueue.depends_on
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+        END IF;
+        PERFORM pgsched._depend(ARRAY[v_id], ARRAY[v_shard], ARRAY[pg_catalog.to_jsonb(enqueue.depends_on)],
+                                ARRAY[enqueue.on_dependency_failure], v_now, false);
+    ELSIF v_run_at <= v_now THEN
         PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
     ELSE
         PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');

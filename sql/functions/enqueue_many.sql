@@ -6,6 +6,11 @@
 -- are parallel: each one given has exactly one element per task (else
 -- invalid_parameter_value, naming the array); a NULL array, or a NULL
 -- element, means the default. labels are JSON arrays of strings, one per job.
+-- depends_on are JSON arrays, one per job, of job ids and of references to
+-- earlier rows of this batch as negative 1-based positions (-1 is the first
+-- row), so a whole graph is one call; on_dependency_failure ('cancel' or
+-- 'wait') is each job's policy for a dependency ending dead or cancelled
+-- (see _depend).
 -- A refused row raises naming its position (1-based, the ord returned), its
 -- column and its value; nothing of the batch is written.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
@@ -17,7 +22,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     idempotency_keys text[]        DEFAULT NULL,
     max_attempts     integer[]     DEFAULT NULL,
     tenants          text[]        DEFAULT NULL,
-    labels           jsonb[]       DEFAULT NULL
+    labels           jsonb[]       DEFAULT NULL,
+    depends_on       jsonb[]       DEFAULT NULL,
+    on_dependency_failure text[]   DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -36,6 +43,10 @@ DECLARE
     v_scheduled boolean;
     v_n integer := pg_catalog.cardinality(tasks);
     v_bad record;
+    v_shard_list smallint[];
+    v_final bigint[];
+    v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
+                               WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
 BEGIN
     IF tasks IS NULL OR v_n = 0 THEN
         RETURN;
@@ -51,7 +62,10 @@ BEGIN
                  ('idempotency_keys', pg_catalog.cardinality(idempotency_keys), pg_catalog.array_ndims(idempotency_keys)),
                  ('max_attempts', pg_catalog.cardinality(max_attempts), pg_catalog.array_ndims(max_attempts)),
                  ('tenants', pg_catalog.cardinality(tenants), pg_catalog.array_ndims(tenants)),
-                 ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels))) AS a(name, len, dims)
+                 ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels)),
+                 ('depends_on', pg_catalog.cardinality(depends_on), pg_catalog.array_ndims(depends_on)),
+                 ('on_dependency_failure', pg_catalog.cardinality(on_dependency_failure),
+                  pg_catalog.array_ndims(on_dependency_failure))) AS a(name, len, dims)
     WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
     LIMIT 1;
     IF FOUND THEN
@@ -117,26 +131,31 @@ BEGIN
                 (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
                    pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
-                   CASE WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+                   CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
+                        THEN 'waiting'
+                        WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                    coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
                    coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
                    CASE WHEN u.labels IS NULL THEN '{}'::text[]
                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END
-            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels)
-                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, ord)
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, ord)
             LEFT JOIN pgsched.tasks t ON t.name = u.task
             ORDER BY u.ord
-            RETURNING j.id, j.queue, j.state
+            RETURNING j.id, j.shard, j.queue, j.state
         )
-        SELECT pg_catalog.array_agg(i.id ORDER BY i.id),
+        SELECT pg_catalog.array_agg(i.id ORDER BY i.id), pg_catalog.array_agg(i.shard ORDER BY i.id),
                pg_catalog.array_agg(DISTINCT i.queue) FILTER (WHERE i.state = 'available'),
                pg_catalog.bool_or(i.state = 'scheduled')
-        INTO v_ids, v_queues, v_scheduled
+        INTO v_ids, v_shard_list, v_queues, v_scheduled
         FROM inserted i;
         PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
         PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
         IF v_scheduled THEN
             PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        IF v_waits OR on_dependency_failure IS NOT NULL THEN
+            PERFORM pgsched._depend(v_ids, v_shard_list, depends_on, on_dependency_failure, v_now);
         END IF;
         RETURN QUERY SELECT x.o, x.id FROM unnest(v_ids) WITH ORDINALITY AS x(id, o);
         RETURN;
@@ -146,10 +165,10 @@ BEGIN
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant, u.labels,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
-        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
-             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
                CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
@@ -176,7 +195,9 @@ BEGIN
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
              labels)
         SELECT i.id, i.shard,
-               CASE WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+               CASE WHEN pg_catalog.jsonb_typeof(i.deps) <> 'array' OR pg_catalog.jsonb_array_length(i.deps) > 0
+                    THEN 'waiting'
+                    WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
                coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
                CASE WHEN i.labels IS NULL THEN '{}'::text[]
@@ -185,15 +206,16 @@ BEGIN
         LEFT JOIN pgsched.tasks t ON t.name = i.task
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
         ORDER BY i.ord
-        RETURNING j.id, j.queue, j.state
+        RETURNING j.id, j.shard, j.queue, j.state
     )
     SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
            pg_catalog.array_agg(ins.id ORDER BY i.ord),
+           pg_catalog.array_agg(ins.shard ORDER BY i.ord),
            pg_catalog.array_agg(i.key ORDER BY i.ord),
            pg_catalog.array_agg(i.tenant ORDER BY i.ord),
            pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
            pg_catalog.bool_or(ins.state = 'scheduled')
-    INTO v_ords, v_ids, v_keys, v_tenants, v_queues, v_scheduled
+    INTO v_ords, v_ids, v_shard_list, v_keys, v_tenants, v_queues, v_scheduled
     FROM input i
     LEFT JOIN inserted ins ON ins.id = i.id;
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
@@ -206,10 +228,18 @@ BEGIN
     -- Rows whose key was taken: look the holder up in a new statement, whose
     -- snapshot sees a concurrent enqueue of the same key that we waited for,
     -- and refuse the batch if it holds other work (PS422, naming the row).
-    RETURN QUERY
-    SELECT x.o, coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o, x.t))
+    SELECT pg_catalog.array_agg(coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o, x.t)) ORDER BY x.o)
+    INTO v_final
     FROM unnest(v_ords, v_ids, v_keys, v_tenants) AS x(o, id, k, t)
-    JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o
-    ORDER BY x.o;
+    JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o;
+    -- Dependencies of the rows inserted; a row that found its key held
+    -- adds none (the holder stands), and references to it mean the holder.
+    IF v_waits OR on_dependency_failure IS NOT NULL THEN
+        PERFORM pgsched._depend(v_final, v_shard_list,
+                                ARRAY(SELECT CASE WHEN x.id IS NOT NULL THEN x.d END
+                                      FROM unnest(v_ids, depends_on) WITH ORDINALITY AS x(id, d, o) ORDER BY x.o),
+                                on_dependency_failure, v_now);
+    END IF;
+    RETURN QUERY SELECT x.o, x.id FROM unnest(v_final) WITH ORDINALITY AS x(id, o);
 END
 $$;

@@ -19,7 +19,7 @@ from tests.e2e.clirun import ROOT, Cli, command, connect, enqueue, environment, 
 QUEUE_FIELDS = {
     "queue", "paused", "scheduled", "available", "running", "retrying", "lease_expired", "oldest_due_age_s",
     "completed_5m", "dead_5m", "cancelled_5m", "completed_per_s", "lag_p50_s", "lag_p95_s", "lag_p99_s",
-    "claimed",
+    "claimed", "waiting",
 }  # fmt: skip
 
 

@@ -105,3 +105,26 @@ def test_make_dist_builds_the_wheel_the_readme_installs(tmp_path: Path) -> None:
     assert {"pgsched/_sql/install.sql", "pgsched/_migrations/env.py", "pgsched/testing.py"} <= names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "pgsched = pgsched.testing" in entry_points
+
+
+def test_the_job_dependencies_section_runs_as_written(dsn: str, tmp_path: Path) -> None:
+    text = section("Job dependencies")
+    files = python_files(text)
+    assert set(files) == {"pipeline.py"}
+    (tmp_path / "pipeline.py").write_text(files["pipeline.py"])
+    env = environment({"PGSCHED_DSN": dsn, "PYTHONPATH": str(tmp_path)})
+    run = subprocess.run(
+        [sys.executable, "pipeline.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines() == ["['available', 'available', 'waiting', 'waiting']", "archive"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        order = conn.execute(
+            "SELECT args->>'source', started_at, finished_at FROM pgsched.job_history ORDER BY id"
+        ).fetchall()
+    assert [r[0] for r in order] == ["a", "b", None, "report", "archive"]
+    started = {r[0]: r[1] for r in order}
+    finished = {r[0]: r[2] for r in order}
+    assert started[None] >= max(finished["a"], finished["b"])
+    assert started["report"] >= finished[None]
+    assert started["archive"] >= finished["report"]

@@ -56,11 +56,13 @@ def enqueue_many(conn: Conn, tasks: Sequence[str | None], **arrays: Sequence[Any
         "max_attempts": "integer[]",
         "tenants": "text[]",
         "labels": "jsonb[]",
+        "depends_on": "jsonb[]",
+        "on_dependency_failure": "text[]",
     }
     params: dict[str, Any] = {"tasks": list(tasks)}
     parts = [sql.SQL("tasks => %(tasks)s::text[]")]
     for name, values in arrays.items():
-        if name in ("args", "labels") and values is not None:
+        if name in ("args", "labels", "depends_on") and values is not None:
             values = [None if v is None else Jsonb(v) for v in values]
         params[name] = None if values is None else list(values)
         parts.append(sql.SQL("{} => {}::" + casts[name]).format(sql.Identifier(name), sql.Placeholder(name)))

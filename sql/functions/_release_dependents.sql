@@ -1,0 +1,41 @@
+-- _release_dependents
+-- contract: for those of p_ids that completed in this transaction (at
+-- p_now), drops the dependency rows that waited for them and makes due every
+-- dependent left with none (_release). complete() calls it, in a statement of
+-- its own after the one that finished the jobs: an enqueue that added a
+-- dependency on one of them held that job's row (FOR KEY SHARE) until it
+-- committed, so this statement's snapshot sees the row it added.
+CREATE OR REPLACE FUNCTION pgsched._release_dependents(
+    p_ids bigint[],
+    p_now timestamptz
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_jobs bigint[];
+    v_shards smallint[];
+BEGIN
+    -- Only what this transaction completed: a stale completion of a job that
+    -- since died must not release dependents that wait for its redrive.
+    WITH done AS (
+        SELECT h.id
+        FROM pgsched.job_history h
+        WHERE h.id = ANY (p_ids) AND h.finished_at = p_now AND h.state = 'completed'
+          AND h.finished_xid = pg_catalog.pg_current_xact_id()
+    ), freed AS (
+        DELETE FROM pgsched.job_dependencies d
+        USING done
+        WHERE d.depends_on = done.id
+        RETURNING d.job, d.job_shard
+    )
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job)
+    INTO v_jobs, v_shards
+    FROM (SELECT DISTINCT fr.job, fr.job_shard FROM freed fr) f;
+    IF v_jobs IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN pgsched._release(v_jobs, v_shards, p_now);
+END
+$$;
