@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from pgsched import queries
+from pgsched import otel, queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 from pgsched.events import EventHooks, H
 from pgsched.handle import JobHandle
@@ -371,10 +371,20 @@ class App:
 
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
+        if otel.ENABLED:
+            with otel.enqueue_span([spec]) as sending:
+                job_id = int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))[0][0])
+                sending.sent([job_id])
+                return JobHandle(job_id, self)
         return JobHandle(int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0]), self)
 
     async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
         """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
+        if otel.ENABLED:
+            with otel.enqueue_span([spec]) as sending:
+                rows = await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))
+                sending.sent([int(rows[0][0])])
+                return JobHandle(int(rows[0][0]), self)
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
@@ -388,6 +398,11 @@ class App:
         specs = list(jobs)
         if not specs:
             return []
+        if otel.ENABLED:
+            with otel.enqueue_span(specs) as sending:
+                rows = self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                sending.sent([int(r[0]) for r in rows])
+                return [JobHandle(int(r[0]), self) for r in rows]
         return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
 
     async def enqueue_many_async(
@@ -397,6 +412,11 @@ class App:
         specs = list(jobs)
         if not specs:
             return []
+        if otel.ENABLED:
+            with otel.enqueue_span(specs) as sending:
+                rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                sending.sent([int(r[0]) for r in rows])
+                return [JobHandle(int(r[0]), self) for r in rows]
         rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))
         return [JobHandle(int(r[0]), self) for r in rows]
 
@@ -506,7 +526,7 @@ async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequen
         return await cur.fetchall()
 
 
-def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
+def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
     return (
         spec.task,
         Jsonb(spec.args, dumps=lambda _: spec.args_json()),
@@ -518,10 +538,11 @@ def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
         spec.max_attempts,
         list(spec.labels),
         spec.tenant,
+        trace_context,
     )
 
 
-def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
+def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
     return (
         [s.task for s in specs],
@@ -534,6 +555,7 @@ def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
         [s.max_attempts for s in specs],
         [s.tenant for s in specs],
         labels,
+        trace_context,
     )
 
 

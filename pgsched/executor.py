@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from pgsched import otel
 from pgsched.errors import LeaseLost
 from pgsched.job import JobContext, _current
 from pgsched.outcome import Kind, Outcome, from_exception, success
@@ -34,8 +35,19 @@ def run_sync(
 
     A plain function that returns an awaitable (a sync decorator around an
     ``async def``) has it awaited through ``await_value``, so the work runs
-    instead of being completed unstarted.
+    instead of being completed unstarted. With pgsched[otel], inside a span.
     """
+    if otel.ENABLED:
+        with otel.run_span(ctx) as span:
+            return span.end(_run_sync(task, ctx, await_value))
+    return _run_sync(task, ctx, await_value)
+
+
+def _run_sync(
+    task: Task[Any, Any] | None,
+    ctx: JobContext,
+    await_value: Callable[[Awaitable[Any]], Any] | None,
+) -> Outcome:
     job = ctx.job
     if task is None:
         return Outcome(job, Kind.DEAD, error=f"unknown task {job.task!r}: no handler is registered under this name")
@@ -56,7 +68,14 @@ def run_sync(
 
 
 async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
-    """Run one job's coroutine handler, honouring the task's timeout."""
+    """Run one job's coroutine handler, honouring the task's timeout (with pgsched[otel], inside a span)."""
+    if otel.ENABLED:
+        with otel.run_span(ctx) as span:
+            return span.end(await _run_async(task, ctx))
+    return await _run_async(task, ctx)
+
+
+async def _run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
     job = ctx.job
     token = _current.set(ctx)
     try:

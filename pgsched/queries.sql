@@ -5,7 +5,7 @@
 -- Every parameter is cast to the type of the function's: a value out of range
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
-                       %s::text, %s::integer, %s::text[], %s::text);
+                       %s::text, %s::integer, %s::text[], %s::text, %s::jsonb);
 
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job),
@@ -19,11 +19,12 @@ SELECT job_id FROM pgsched.enqueue_many(
           FROM unnest(%s::timestamptz[], %s::interval[]) WITH ORDINALITY AS u(r, d, n) ORDER BY u.n),
     %s::integer[], %s::text[], %s::integer[], %s::text[],
     (SELECT pg_catalog.array_agg(l.e ORDER BY l.n)
-     FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)));
+     FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)),
+    %s::jsonb);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-       priority, tenant, created_at, lease_expires_at
+       priority, tenant, created_at, lease_expires_at, trace_context
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
 -- The claim, and in the same round trip the start of its first jobs (as many as
@@ -31,7 +32,7 @@ FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 -- name: claim_and_start
 WITH c AS MATERIALIZED (
     SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-           priority, tenant, created_at, lease_expires_at, pg_catalog.row_number() OVER () AS n
+           priority, tenant, created_at, lease_expires_at, trace_context, pg_catalog.row_number() OVER () AS n
     FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s)
 ), s AS MATERIALIZED (
     SELECT s.job_id, s.outcome
@@ -40,7 +41,7 @@ WITH c AS MATERIALIZED (
                        ARRAY(SELECT c.shard FROM c WHERE c.n <= %s ORDER BY c.n)) s
 )
 SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
-       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, s.outcome AS started
+       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, c.trace_context, s.outcome AS started
 FROM c LEFT JOIN s ON s.job_id = c.id
 ORDER BY c.n;
 

@@ -30,6 +30,7 @@ CREATE TABLE pgsched.jobs (
     created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
     schedule            text,             -- the recurring schedule this occurrence belongs to
     claimed_at          timestamptz,      -- when the current lease was taken; started_at: when its handler began
+    trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -51,7 +52,9 @@ CREATE TABLE pgsched.jobs (
         WHEN 'available' THEN lease_token IS NULL
         WHEN 'scheduled' THEN lease_token IS NULL
         ELSE false END),
-    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
+    CONSTRAINT jobs_trace_context_valid CHECK (
+        pg_catalog.jsonb_typeof(trace_context) = 'object' AND pg_catalog.octet_length(trace_context::text) <= 8192)
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
     'Active jobs (scheduled, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
@@ -59,6 +62,8 @@ COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current leas
 COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
 COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
 COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
+COMMENT ON COLUMN pgsched.jobs.trace_context IS
+    'Trace propagation headers current at enqueue (a JSON object of strings, e.g. traceparent); the run continues that trace.';
 COMMENT ON COLUMN pgsched.jobs.started_at IS
     'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 

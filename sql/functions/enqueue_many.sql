@@ -7,7 +7,8 @@
 -- invalid_parameter_value, naming the array); a NULL array, or a NULL
 -- element, means the default. labels are JSON arrays of strings, one per job.
 -- A refused row raises naming its position (1-based, the ord returned), its
--- column and its value; nothing of the batch is written.
+-- column and its value; nothing of the batch is written. trace_context (the
+-- caller's trace propagation headers) is stored with every job of the batch.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -17,7 +18,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     idempotency_keys text[]        DEFAULT NULL,
     max_attempts     integer[]     DEFAULT NULL,
     tenants          text[]        DEFAULT NULL,
-    labels           jsonb[]       DEFAULT NULL
+    labels           jsonb[]       DEFAULT NULL,
+    trace_context    jsonb         DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -111,14 +113,16 @@ BEGIN
         -- after the sort by input order, so they grow in input order.
         WITH inserted AS (
             INSERT INTO pgsched.jobs AS j
-                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels)
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
+                 trace_context)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
                    pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
                    CASE WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                    coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
                    coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
                    CASE WHEN u.labels IS NULL THEN '{}'::text[]
-                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END
+                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END,
+                   enqueue_many.trace_context
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels)
                  WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, ord)
             LEFT JOIN pgsched.tasks t ON t.name = u.task
@@ -171,13 +175,14 @@ BEGIN
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
-             labels)
+             labels, trace_context)
         SELECT i.id, i.shard,
                CASE WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
                coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
                CASE WHEN i.labels IS NULL THEN '{}'::text[]
-                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END
+                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END,
+               enqueue_many.trace_context
         FROM input i
         LEFT JOIN pgsched.tasks t ON t.name = i.task
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
