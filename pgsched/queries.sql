@@ -145,3 +145,16 @@ SELECT state, queue, task, attempt, max_attempts, result, error, finished_at FRO
     (SELECT 1, h.state::text, h.queue, h.task, h.attempt, h.max_attempts, h.result, h.error, h.finished_at
      FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
 ) s ORDER BY rank LIMIT 1;
+
+-- name: task_result
+-- A job as a framework's task result shows it (pgsched.contrib.django): its active row, else its latest history.
+-- JSON as text: a framework's connection may load jsonb its own way (Django's leaves it a string).
+SELECT state, task, args::text, attempt, worker, created_at, started_at, finished_at, result::text, error FROM (
+    SELECT 0 AS rank, j.state::text AS state, j.task, j.args, j.attempt, j.leased_by AS worker, j.created_at,
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error
+    FROM pgsched.jobs j WHERE j.id = %s
+    UNION ALL
+    (SELECT 1, h.state::text, h.task, h.args, h.attempt, h.leased_by, h.created_at, h.started_at, h.finished_at,
+            h.result, h.error
+     FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
+) s ORDER BY rank LIMIT 1;
