@@ -35,8 +35,14 @@ def send_welcome(user_id: int) -> str:
 
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS users (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS referrals (user_id bigint NOT NULL REFERENCES users, referred_by bigint NOT NULL REFERENCES users)
+CREATE TABLE IF NOT EXISTS users (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    email text NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS referrals (
+    user_id bigint NOT NULL REFERENCES users,
+    referred_by bigint NOT NULL REFERENCES users
+)
 """
 
 

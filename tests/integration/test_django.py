@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import django
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -20,7 +21,6 @@ from pgsched.worker import Worker, WorkerOptions
 from tests.conftest import drop_database, new_database
 from tests.integration.conftest import Running, wait_for
 
-django = pytest.importorskip("django")
 ROOT = Path(__file__).resolve().parents[2]
 Conn = psycopg.Connection[dict[str, Any]]
 

@@ -12,12 +12,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
-
-import httpx
-
-pytest.importorskip("fastapi")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app.py"
 Conn = psycopg.Connection[Any]
@@ -28,7 +25,8 @@ def example(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """The example module, imported anew with PGSCHED_DSN pointing at the test database."""
     monkeypatch.setenv("PGSCHED_DSN", dsn)
     spec = importlib.util.spec_from_file_location("fastapi_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pydantic resolves the models' annotations through it
     spec.loader.exec_module(module)
