@@ -28,24 +28,20 @@ Conn = psycopg.Connection[Any]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def provider() -> TracerProvider:
-    """The process's SDK TracerProvider (the global one can be set only once)."""
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        return current
+@pytest.fixture
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[TracerProvider]:
+    """An SDK TracerProvider for pgsched's spans and the test's own, for this test only (the global one is untouched)."""
     created = TracerProvider()
-    trace.set_tracer_provider(created)
-    return created
+    monkeypatch.setattr(otel, "_tracer", created.get_tracer("pgsched"))
+    yield created
+    created.shutdown()
 
 
 @pytest.fixture
-def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+def spans(provider: TracerProvider) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    yield exporter
-    processor.shutdown()  # stops exporting to this test's exporter
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
@@ -63,12 +59,11 @@ def ok(n: int) -> int:
 
 
 def test_the_run_continues_the_trace_current_at_enqueue(
-    app: App, conn: Conn, spans: InMemorySpanExporter, start_worker: Callable[..., Running]
+    app: App, conn: Conn, provider: TracerProvider, spans: InMemorySpanExporter, start_worker: Callable[..., Running]
 ) -> None:
     assert otel.ENABLED
     task = app.task(name="otel.ok", queue="traced")(ok)
-    tracer = trace.get_tracer("test")
-    with tracer.start_as_current_span("request") as request:
+    with provider.get_tracer("test").start_as_current_span("request") as request:
         job_id = task.enqueue(21)
     request_ctx = request.get_span_context()
 
@@ -117,13 +112,13 @@ def test_the_run_continues_the_trace_current_at_enqueue(
 
 
 def test_a_failing_run_records_the_exception_and_an_error_status_on_every_attempt(
-    app: App, conn: Conn, spans: InMemorySpanExporter, start_worker: Callable[..., Running]
+    app: App, conn: Conn, provider: TracerProvider, spans: InMemorySpanExporter, start_worker: Callable[..., Running]
 ) -> None:
     @app.task(name="otel.boom", queue="boom", max_attempts=2, retry_backoff=0.01, retry_backoff_max=0.01)
     def boom() -> None:
         raise ValueError("the payment service said no")
 
-    with trace.get_tracer("test").start_as_current_span("request") as request:
+    with provider.get_tracer("test").start_as_current_span("request") as request:
         job_id = boom.enqueue()
     start_worker(queues=["boom"])
     wait_state(conn, job_id, "dead", timeout=30)
@@ -152,13 +147,18 @@ async def ahandler(n: int) -> str:
 
 
 def test_async_batch_enqueue_in_the_callers_transaction_and_async_handlers(
-    app: App, dsn: str, conn: Conn, spans: InMemorySpanExporter, start_worker: Callable[..., Running]
+    app: App,
+    dsn: str,
+    conn: Conn,
+    provider: TracerProvider,
+    spans: InMemorySpanExporter,
+    start_worker: Callable[..., Running],
 ) -> None:
     task = app.task(name="otel.async", queue="abatch")(ahandler)
 
     async def main() -> list[int]:
         async with await psycopg.AsyncConnection.connect(dsn) as caller:
-            with trace.get_tracer("test").start_as_current_span("request"):
+            with provider.get_tracer("test").start_as_current_span("request"):
                 handles = await app.enqueue_many_async([task.job(i) for i in range(3)], conn=caller)
             await caller.commit()
         return [int(h) for h in handles]
