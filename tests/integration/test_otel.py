@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[TracerProvider]:
-    """An SDK TracerProvider for pgsched's spans and the test's own, for this test only (the global one is untouched)."""
+    """An SDK TracerProvider for pgsched's spans and the test's own, for this test only (not the global one)."""
     created = TracerProvider()
     monkeypatch.setattr(otel, "_tracer", created.get_tracer("pgsched"))
     yield created
