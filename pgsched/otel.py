@@ -38,6 +38,8 @@ SYSTEM: Final = "pgsched"
 # The bound of CHECK jobs_trace_context_valid: a larger carrier keeps only traceparent and tracestate.
 MAX_CONTEXT_BYTES: Final = 8192
 _KEPT_WHEN_LARGE: Final = ("traceparent", "tracestate")
+# A batch span lists its job ids up to this many (its message count is always there).
+MAX_LISTED_IDS: Final = 100
 
 _tracer: Any = None
 
@@ -78,7 +80,7 @@ class Enqueue:
             return
         if len(ids) == 1:
             self.span.set_attribute("messaging.message.id", str(ids[0]))
-        else:
+        elif len(ids) <= MAX_LISTED_IDS:
             self.span.set_attribute("pgsched.job.ids", [str(i) for i in ids])
 
 

@@ -45,22 +45,20 @@ if TYPE_CHECKING:
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
-    from django_tasks.utils import get_module_path, normalize_json
 else:
-    try:  # Django 6.0+: the framework is built in
-        from django.tasks import task_backends
-        from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-        from django.tasks.exceptions import TaskResultDoesNotExist
-        from django.tasks.signals import task_enqueued, task_finished, task_started
-        from django.tasks.utils import get_module_path, normalize_json
-    except ImportError:  # the django-tasks backport
+    try:
+        import django.tasks  # noqa: F401  (Django 6.0+: the framework is built in)
+    except ImportError:  # older Django: the django-tasks backport
         from django_tasks import task_backends
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
         from django_tasks.exceptions import TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued, task_finished, task_started
-        from django_tasks.utils import get_module_path, normalize_json
+    else:
+        from django.tasks import Task, TaskContext, TaskError, TaskResult, TaskResultStatus, task_backends
+        from django.tasks.backends.base import BaseTaskBackend
+        from django.tasks.exceptions import TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django.db import close_old_connections, connections
 from django.utils import timezone
@@ -241,6 +239,15 @@ def _django_dsn(database: str) -> str:
     return make_conninfo(
         "", **{k: v for k, v in params.items() if k not in _NOT_LIBPQ and isinstance(v, str | int) and v != ""}
     )
+
+
+def normalize_json(value: Any) -> Any:
+    """What JSON gives back for value (tuples become lists...), as the framework stores arguments and results."""
+    return json.loads(json.dumps(value))
+
+
+def get_module_path(value: Any) -> str:
+    return f"{value.__module__}.{value.__qualname__}"
 
 
 def _status(name: str) -> TaskResultStatus:
