@@ -371,7 +371,7 @@ class App:
 
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
-        if otel.ENABLED:
+        if otel.ENABLED and otel.live():
             with otel.enqueue_span([spec]) as sending:
                 job_id = int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))[0][0])
                 sending.sent([job_id])
@@ -380,7 +380,7 @@ class App:
 
     async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
         """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
-        if otel.ENABLED:
+        if otel.ENABLED and otel.live():
             with otel.enqueue_span([spec]) as sending:
                 rows = await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))
                 sending.sent([int(rows[0][0])])
@@ -398,7 +398,7 @@ class App:
         specs = list(jobs)
         if not specs:
             return []
-        if otel.ENABLED:
+        if otel.ENABLED and otel.live():
             with otel.enqueue_span(specs) as sending:
                 rows = self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
                 sending.sent([int(r[0]) for r in rows])
@@ -412,7 +412,7 @@ class App:
         specs = list(jobs)
         if not specs:
             return []
-        if otel.ENABLED:
+        if otel.ENABLED and otel.live():
             with otel.enqueue_span(specs) as sending:
                 rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
                 sending.sent([int(r[0]) for r in rows])

@@ -89,7 +89,7 @@ def drain(
                 break
             for job in jobs:
                 ctx = JobContext(job=job, worker=worker)
-                if otel.ENABLED:
+                if otel.ENABLED and otel.live():
                     with otel.run_span(ctx) as span:
                         outcome, raised = _run(app.tasks.get(job.task), ctx)
                         span.end(outcome)

@@ -37,7 +37,7 @@ def run_sync(
     ``async def``) has it awaited through ``await_value``, so the work runs
     instead of being completed unstarted. With pgsched[otel], inside a span.
     """
-    if otel.ENABLED:
+    if otel.ENABLED and otel.live():
         with otel.run_span(ctx) as span:
             return span.end(_run_sync(task, ctx, await_value))
     return _run_sync(task, ctx, await_value)
@@ -69,7 +69,7 @@ def _run_sync(
 
 async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
     """Run one job's coroutine handler, honouring the task's timeout (with pgsched[otel], inside a span)."""
-    if otel.ENABLED:
+    if otel.ENABLED and otel.live():
         with otel.run_span(ctx) as span:
             return span.end(await _run_async(task, ctx))
     return await _run_async(task, ctx)

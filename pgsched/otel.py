@@ -9,7 +9,8 @@ exception and an error status when the handler failed. Spans go to whatever
 TracerProvider the application set up; without one the API records nothing.
 
 Without OpenTelemetry installed the import below fails once, ``ENABLED`` is
-False, and neither enqueue nor the worker calls anything in this module.
+False, and neither enqueue nor the worker calls anything in this module. With
+the API but no tracer provider set up, ``live()`` says so and no span is made.
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def tracer() -> Any:
 
         _tracer = trace.get_tracer("pgsched", __version__)
     return _tracer
+
+
+def live() -> bool:
+    """Whether spans would be recorded: the application set up a tracer provider (else skip them, and their cost)."""
+    found = tracer()
+    if isinstance(found, trace.ProxyTracer):
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return not isinstance(found, trace.NoOpTracer)
 
 
 def current_context() -> str | None:
