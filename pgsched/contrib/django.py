@@ -112,8 +112,10 @@ class PgschedBackend(BaseTaskBackend):
         # Every task defined for this backend becomes a pgsched task of the same name, so a
         # worker that imported the module can run it.
         name = task.module_path
-        if name not in self.app.tasks:
-            self.app.task(name=name, queue=task.queue_name, max_attempts=self.max_attempts)(_handler(task, self.alias))
+        with _apps_lock:  # tasks are defined on any thread (each has its backend instance)
+            if name not in self.app.tasks:
+                handler = _handler(task, self.alias)
+                self.app.task(name=name, queue=task.queue_name, max_attempts=self.max_attempts)(handler)
 
     def enqueue(self, task: Task[Any, T], args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult[T]:
         """Write the job on the Django connection: inside ``transaction.atomic()`` it commits or rolls back with it."""
