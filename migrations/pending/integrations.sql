@@ -5,7 +5,10 @@
 
 -- Part 1: BEFORE the changed function files.
 DROP FUNCTION pgsched.claim(text, text[], integer, interval, text[], integer, timestamptz);
-DROP FUNCTION pgsched.enqueue(text, jsonb, text, timestamptz, integer, text, integer, text[], text);
+-- enqueue as revision 0010 has it, and as the timeouts branch leaves it (its own
+-- pending file drops the first when both land in one revision):
+DROP FUNCTION IF EXISTS pgsched.enqueue(text, jsonb, text, timestamptz, integer, text, integer, text[], text);
+DROP FUNCTION IF EXISTS pgsched.enqueue(text, jsonb, text, timestamptz, integer, text, integer, text[], text, interval);
 DROP FUNCTION pgsched.enqueue_many(text[], jsonb[], text[], timestamptz[], integer[], text[], integer[], text[], jsonb[]);
 ALTER TABLE pgsched.jobs ADD COLUMN trace_context jsonb;
 ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_trace_context_valid CHECK (
