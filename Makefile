@@ -40,13 +40,13 @@ ha: $(STAMP) ## Patroni cluster (3 x PostgreSQL 15, etcd): SIGKILL of the primar
 	$(BIN)/pytest -m chaos tests/ha -s -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff (check + format) and mypy --strict
-	$(BIN)/ruff check pgsched tests bench migrations
-	$(BIN)/ruff format --check pgsched tests bench migrations
+	$(BIN)/ruff check pgsched tests bench migrations examples
+	$(BIN)/ruff format --check pgsched tests bench migrations examples
 	$(BIN)/mypy --strict pgsched
 
 fmt: $(STAMP) ## Format the code
-	$(BIN)/ruff format pgsched tests bench migrations
-	$(BIN)/ruff check --fix pgsched tests bench migrations
+	$(BIN)/ruff format pgsched tests bench migrations examples
+	$(BIN)/ruff check --fix pgsched tests bench migrations examples
 
 bench: $(STAMP) ## Benchmark pgsched against its peers (sets up its own server and venv)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

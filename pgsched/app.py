@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from pgsched import queries
+from pgsched import otel, queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 from pgsched.events import EventHooks, H
 from pgsched.handle import JobHandle
@@ -420,13 +420,26 @@ class App:
 
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
-        query = queries.ENQUEUE_SERVICE if spec.service else queries.ENQUEUE
-        return JobHandle(int(self._run(conn, query, _enqueue_params(spec))[0][0]), self)
+        if spec.service:
+            return JobHandle(int(self._run(conn, queries.ENQUEUE_SERVICE, _service_params(spec))[0][0]), self)
+        if otel.ENABLED and otel.live():
+            with otel.enqueue_span([spec]) as sending:
+                job_id = int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))[0][0])
+                sending.sent([job_id])
+                return JobHandle(job_id, self)
+        return JobHandle(int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0]), self)
 
     async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
         """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
-        query = queries.ENQUEUE_SERVICE if spec.service else queries.ENQUEUE
-        return JobHandle(int((await self._arun(conn, query, _enqueue_params(spec)))[0][0]), self)
+        if spec.service:
+            rows = await self._arun(conn, queries.ENQUEUE_SERVICE, _service_params(spec))
+            return JobHandle(int(rows[0][0]), self)
+        if otel.ENABLED and otel.live():
+            with otel.enqueue_span([spec]) as sending:
+                rows = await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))
+                sending.sent([int(rows[0][0])])
+                return JobHandle(int(rows[0][0]), self)
+        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order.
@@ -439,6 +452,11 @@ class App:
         specs = _plain_jobs(jobs)
         if not specs:
             return []
+        if otel.ENABLED and otel.live():
+            with otel.enqueue_span(specs) as sending:
+                rows = self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                sending.sent([int(r[0]) for r in rows])
+                return [JobHandle(int(r[0]), self) for r in rows]
         return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
 
     async def enqueue_many_async(
@@ -448,6 +466,11 @@ class App:
         specs = _plain_jobs(jobs)
         if not specs:
             return []
+        if otel.ENABLED and otel.live():
+            with otel.enqueue_span(specs) as sending:
+                rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                sending.sent([int(r[0]) for r in rows])
+                return [JobHandle(int(r[0]), self) for r in rows]
         rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))
         return [JobHandle(int(r[0]), self) for r in rows]
 
@@ -610,7 +633,7 @@ async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequen
         return await cur.fetchall()
 
 
-def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
+def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
     return (
         spec.task,
         Jsonb(spec.args, dumps=lambda _: spec.args_json()),
@@ -625,7 +648,15 @@ def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
         None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout")),
         _dependency_ids(spec) or None,
         spec.on_dependency_failure,
+        trace_context,
     )
+
+
+def _service_params(spec: JobSpec) -> tuple[Any, ...]:
+    """enqueue_service's parameters: a service has no timeout and no dependencies."""
+    if spec.timeout is not None or spec.depends_on:
+        raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
+    return _enqueue_params(spec)[:10]
 
 
 def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
@@ -709,7 +740,7 @@ def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
     return json.dumps(rows)
 
 
-def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
+def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
     for n, spec in enumerate(specs, 1):
         if spec.timeout is not None:
             raise ValueError(
@@ -730,6 +761,7 @@ def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
         labels,
         _dependency_json(specs),
         [s.on_dependency_failure for s in specs] if any(s.on_dependency_failure for s in specs) else None,
+        trace_context,
     )
 
 

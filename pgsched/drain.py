@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import class_row, tuple_row
 
-from pgsched import queries
+from pgsched import otel, queries
 from pgsched.completer import _RawJson
 from pgsched.errors import GiveUp, Retry, Snooze, from_psycopg
 from pgsched.job import ClaimedJob, JobContext, _current
@@ -88,7 +88,13 @@ def drain(
             if not jobs:
                 break
             for job in jobs:
-                outcome, raised = _run(app.tasks.get(job.task), JobContext(job=job, worker=worker))
+                ctx = JobContext(job=job, worker=worker)
+                if otel.ENABLED and otel.live():
+                    with otel.run_span(ctx) as span:
+                        outcome, raised = _run(app.tasks.get(job.task), ctx)
+                        span.end(outcome)
+                else:
+                    outcome, raised = _run(app.tasks.get(job.task), ctx)
                 state = _write(db, outcome)
                 result.job_ids.append(job.id)
                 _count(result, outcome, state)

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from pgsched import otel
 from pgsched.deadlines import Deadlines
 from pgsched.errors import LeaseLost
 from pgsched.job import JobContext, _current
@@ -37,8 +38,19 @@ def run_sync(
 
     A plain function that returns an awaitable (a sync decorator around an
     ``async def``) has it awaited through ``await_value``, so the work runs
-    instead of being completed unstarted.
+    instead of being completed unstarted. With pgsched[otel], inside a span.
     """
+    if otel.ENABLED and otel.live():
+        with otel.run_span(ctx) as span:
+            return span.end(_run_sync(task, ctx, await_value))
+    return _run_sync(task, ctx, await_value)
+
+
+def _run_sync(
+    task: Task[Any, Any] | None,
+    ctx: JobContext,
+    await_value: Callable[[Awaitable[Any]], Any] | None,
+) -> Outcome:
     job = ctx.job
     if task is None:
         return Outcome(job, Kind.DEAD, error=f"unknown task {job.task!r}: no handler is registered under this name")
@@ -66,7 +78,15 @@ def time_limit(task: Task[Any, Any] | None, ctx: JobContext) -> float | None:
 
 
 async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
-    """Run one job's coroutine handler, honouring its time limit (see time_limit)."""
+    """Run one job's coroutine handler, honouring its time limit (see time_limit; with pgsched[otel], inside a
+    span)."""
+    if otel.ENABLED and otel.live():
+        with otel.run_span(ctx) as span:
+            return span.end(await _run_async(task, ctx))
+    return await _run_async(task, ctx)
+
+
+async def _run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
     job = ctx.job
     token = _current.set(ctx)
     limit = time_limit(task, ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -34,6 +34,7 @@ class Outcome:
     result: str | None = None  # JSON text: COMPLETE's result, or what a failed run recorded (RunFailed)
     error: str | None = None
     delay: timedelta | None = None  # RETRY_AT / SNOOZE: added to the database's clock
+    exception: BaseException | None = field(default=None, compare=False, repr=False)  # what the handler raised
 
 
 def success(job: ClaimedJob, value: Any) -> Outcome:
@@ -67,7 +68,12 @@ def format_seconds(seconds: float) -> str:
 
 
 def from_exception(job: ClaimedJob, exc: BaseException) -> Outcome:
-    """Map what a handler raised to the transition it asks for."""
+    """Map what a handler raised to the transition it asks for (the exception kept for tracing)."""
+    outcome = _from_exception(job, exc)
+    return Outcome(outcome.job, outcome.kind, outcome.result, outcome.error, outcome.delay, exc)
+
+
+def _from_exception(job: ClaimedJob, exc: BaseException) -> Outcome:
     if isinstance(exc, LeaseLost):
         return Outcome(job, Kind.DISCARD, error=str(exc))
     if isinstance(exc, Retry):

@@ -5,7 +5,8 @@
 -- Every parameter is cast to the type of the function's: a value out of range
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
-                       %s::text, %s::integer, %s::text[], %s::text, %s::interval, %s::bigint[], %s::text);
+                       %s::text, %s::integer, %s::text[], %s::text, %s::interval, %s::bigint[], %s::text,
+                       %s::jsonb);
 
 -- name: enqueue_command
 SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
@@ -32,11 +33,11 @@ SELECT job_id FROM pgsched.enqueue_many(
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)),
     (SELECT pg_catalog.array_agg(d.e ORDER BY d.n)
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS d(e, n)),
-    %s::text[]);
+    %s::text[], %s::jsonb);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-       priority, tenant, created_at, lease_expires_at
+       priority, tenant, created_at, lease_expires_at, trace_context
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
 -- The claim, and in the same round trip the start of its first jobs (as many as
@@ -44,7 +45,7 @@ FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 -- name: claim_and_start
 WITH c AS MATERIALIZED (
     SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-           priority, tenant, created_at, lease_expires_at, pg_catalog.row_number() OVER () AS n
+           priority, tenant, created_at, lease_expires_at, trace_context, pg_catalog.row_number() OVER () AS n
     FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s)
 ), s AS MATERIALIZED (
     SELECT s.job_id, s.outcome, s.timeout
@@ -53,7 +54,7 @@ WITH c AS MATERIALIZED (
                        ARRAY(SELECT c.shard FROM c WHERE c.n <= %s ORDER BY c.n)) s
 )
 SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
-       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, s.outcome AS started,
+       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, c.trace_context, s.outcome AS started,
        extract(epoch FROM s.timeout)::float8 AS timeout
 FROM c LEFT JOIN s ON s.job_id = c.id
 ORDER BY c.n;
@@ -158,5 +159,18 @@ SELECT state, queue, task, attempt, max_attempts, result, error, finished_at FRO
     FROM pgsched.jobs j WHERE j.id = %s
     UNION ALL
     (SELECT 1, h.state::text, h.queue, h.task, h.attempt, h.max_attempts, h.result, h.error, h.finished_at
+     FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
+) s ORDER BY rank LIMIT 1;
+
+-- name: task_result
+-- A job as a framework's task result shows it (pgsched.contrib.django): its active row, else its latest history.
+-- JSON as text: a framework's connection may load jsonb its own way (Django's leaves it a string).
+SELECT state, task, args::text, attempt, worker, created_at, started_at, finished_at, result::text, error FROM (
+    SELECT 0 AS rank, j.state::text AS state, j.task, j.args, j.attempt, j.leased_by AS worker, j.created_at,
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error
+    FROM pgsched.jobs j WHERE j.id = %s
+    UNION ALL
+    (SELECT 1, h.state::text, h.task, h.args, h.attempt, h.leased_by, h.created_at, h.started_at, h.finished_at,
+            h.result, h.error
      FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
 ) s ORDER BY rank LIMIT 1;

@@ -34,6 +34,7 @@ CREATE TABLE pgsched.jobs (
     deadline_at         timestamptz,      -- started_at + timeout of the current run, set by pgsched.start()
     handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
     service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
+    trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -57,7 +58,9 @@ CREATE TABLE pgsched.jobs (
         -- compared as text: an enum value cannot be used in the transaction that adds it (a migration)
         ELSE state::text = 'waiting' AND lease_token IS NULL END),
     CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
-    CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0')
+    CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0'),
+    CONSTRAINT jobs_trace_context_valid CHECK (
+        pg_catalog.jsonb_typeof(trace_context) = 'object' AND pg_catalog.octet_length(trace_context::text) <= 8192)
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
     'Active jobs (scheduled, waiting, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
@@ -69,6 +72,8 @@ COMMENT ON COLUMN pgsched.jobs.timeout IS
     'Time limit of each run (plain INSERT may set it); past deadline_at plus config.timeout_grace, housekeeping fails the run.';
 COMMENT ON COLUMN pgsched.jobs.service IS
     'A service job: runs until cancelled, restarted elsewhere when its lease expires (never dead by expiries).';
+COMMENT ON COLUMN pgsched.jobs.trace_context IS
+    'Trace propagation headers current at enqueue (a JSON object of strings, e.g. traceparent); the run continues that trace.';
 COMMENT ON COLUMN pgsched.jobs.started_at IS
     'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 

@@ -27,7 +27,7 @@ CREATE OR REPLACE FUNCTION pgsched.claim(
 RETURNS TABLE (
     id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
     max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
-    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
 )
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -97,7 +97,7 @@ BEGIN
                 WHERE v_audit
             )
             SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
             FROM leased l;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_left := v_left - v_got;
@@ -141,7 +141,7 @@ BEGIN
             WHERE v_audit
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
         FROM leased l;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;

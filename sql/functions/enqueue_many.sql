@@ -12,7 +12,8 @@
 -- 'wait') is each job's policy for a dependency ending dead or cancelled
 -- (see _depend).
 -- A refused row raises naming its position (1-based, the ord returned), its
--- column and its value; nothing of the batch is written.
+-- column and its value; nothing of the batch is written. trace_context (the
+-- caller's trace propagation headers) is stored with every job of the batch.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -24,7 +25,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tenants          text[]        DEFAULT NULL,
     labels           jsonb[]       DEFAULT NULL,
     depends_on       jsonb[]       DEFAULT NULL,
-    on_dependency_failure text[]   DEFAULT NULL
+    on_dependency_failure text[]   DEFAULT NULL,
+    trace_context    jsonb         DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -128,7 +130,8 @@ BEGIN
         -- after the sort by input order, so they grow in input order.
         WITH inserted AS (
             INSERT INTO pgsched.jobs AS j
-                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels)
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
+                 trace_context)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
                    pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
                    CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
@@ -137,7 +140,8 @@ BEGIN
                    coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
                    coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
                    CASE WHEN u.labels IS NULL THEN '{}'::text[]
-                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END
+                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END,
+                   enqueue_many.trace_context
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on)
                  WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, ord)
             LEFT JOIN pgsched.tasks t ON t.name = u.task
@@ -193,7 +197,7 @@ BEGIN
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
-             labels)
+             labels, trace_context)
         SELECT i.id, i.shard,
                CASE WHEN pg_catalog.jsonb_typeof(i.deps) <> 'array' OR pg_catalog.jsonb_array_length(i.deps) > 0
                     THEN 'waiting'
@@ -201,7 +205,8 @@ BEGIN
                i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
                coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
                CASE WHEN i.labels IS NULL THEN '{}'::text[]
-                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END
+                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END,
+               enqueue_many.trace_context
         FROM input i
         LEFT JOIN pgsched.tasks t ON t.name = i.task
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)

