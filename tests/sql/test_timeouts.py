@@ -25,6 +25,7 @@ from tests.sql.helpers import (
     release,
     scalar,
 )
+from tests.sql.test_roles import MakeRole, connect, make_role  # noqa: F401
 
 
 def start(conn: Conn, pairs: list[tuple[int, int]], *, now: datetime | None = None) -> dict[int, tuple[str, object]]:
@@ -174,3 +175,29 @@ def test_snoozes_are_not_hand_backs(conn: Conn, now: datetime) -> None:
     start(conn, [pair(got)], now=now)
     assert scalar(conn, "SELECT pgsched.snooze(%s, %s, %s, %s)", [*pair(got), now, now]) == "available"
     assert job(conn, job_id)["handbacks"] == 0  # type: ignore[index]
+
+
+def test_an_enqueue_role_sets_a_timeout_but_not_the_deadline_nor_the_hand_backs(
+    conn: Conn,
+    make_role: MakeRole,  # noqa: F811 (the fixture of test_roles)
+    now: datetime,
+) -> None:
+    with connect(make_role("pgsched_enqueue")) as app:
+        by_function = scalar(app, "SELECT pgsched.enqueue('t', timeout => interval '2 seconds')")
+        by_insert = scalar(app, "INSERT INTO pgsched.jobs (task, args, timeout) VALUES ('t', '{}', '3 s') RETURNING id")
+        for column, value in (("deadline_at", now), ("handbacks", -5)):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute(f"INSERT INTO pgsched.jobs (task, args, {column}) VALUES ('t', '{{}}', %s)", [value])
+            app.rollback()
+        for statement in (
+            "UPDATE pgsched.jobs SET timeout = NULL, deadline_at = NULL",
+            "UPDATE pgsched.config SET timeout_grace = '1 day', max_handbacks = 1000000",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute(statement)
+            app.rollback()
+    assert [job(conn, i)["timeout"] for i in (by_function, by_insert)] == [  # type: ignore[index]
+        timedelta(seconds=2),
+        timedelta(seconds=3),
+    ]
+    assert scalar(conn, "SELECT timeout_grace FROM pgsched.config") == timedelta(seconds=5)
