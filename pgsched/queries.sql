@@ -5,7 +5,7 @@
 -- Every parameter is cast to the type of the function's: a value out of range
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
-                       %s::text, %s::integer, %s::text[], %s::text, %s::interval);
+                       %s::text, %s::integer, %s::text[], %s::text, timeout => %s::interval);
 
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job),
