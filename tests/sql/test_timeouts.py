@@ -25,6 +25,7 @@ from tests.sql.helpers import (
     release,
     scalar,
 )
+from tests.sql.test_roles import MakeRole, connect, make_role  # noqa: F401
 
 
 def start(conn: Conn, pairs: list[tuple[int, int]], *, now: datetime | None = None) -> dict[int, tuple[str, object]]:
@@ -187,3 +188,27 @@ def test_a_service_handed_back_at_every_deploy_never_goes_dead(conn: Conn, now: 
     assert row is not None
     assert (row["state"], row["handbacks"]) == ("available", 0)
     assert history(conn, job_id) == []
+def test_an_enqueue_role_sets_a_timeout_but_not_the_deadline_nor_the_hand_backs(
+    conn: Conn,
+    make_role: MakeRole,  # noqa: F811 (the fixture of test_roles)
+    now: datetime,
+) -> None:
+    with connect(make_role("pgsched_enqueue")) as app:
+        by_function = scalar(app, "SELECT pgsched.enqueue('t', timeout => interval '2 seconds')")
+        by_insert = scalar(app, "INSERT INTO pgsched.jobs (task, args, timeout) VALUES ('t', '{}', '3 s') RETURNING id")
+        for column, value in (("deadline_at", now), ("handbacks", -5)):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute(f"INSERT INTO pgsched.jobs (task, args, {column}) VALUES ('t', '{{}}', %s)", [value])
+            app.rollback()
+        for statement in (
+            "UPDATE pgsched.jobs SET timeout = NULL, deadline_at = NULL",
+            "UPDATE pgsched.config SET timeout_grace = '1 day', max_handbacks = 1000000",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute(statement)
+            app.rollback()
+    assert [job(conn, i)["timeout"] for i in (by_function, by_insert)] == [  # type: ignore[index]
+        timedelta(seconds=2),
+        timedelta(seconds=3),
+    ]
+    assert scalar(conn, "SELECT timeout_grace FROM pgsched.config") == timedelta(seconds=5)
