@@ -19,7 +19,10 @@ DECLARE
     v_job pgsched.jobs;
     v_run_at timestamptz := coalesce(p_run_at, p_now);
     v_scope text := pgsched._tenant_scope();
+    v_worker text;
 BEGIN
+    -- The holder of this token (the claim recorded below): a token is leased once.
+    SELECT j.leased_by INTO v_worker FROM pgsched.jobs j WHERE j.id = p_job_id AND j.lease_token = p_token;
     UPDATE pgsched.jobs j
     SET run_at = v_run_at,
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
@@ -31,6 +34,9 @@ BEGIN
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
+        -- the attempt did not complete: its claim is recorded now (job_timeline)
+        PERFORM pgsched._event(p_job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_worker, p_token)
+        WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
             pg_catalog.jsonb_build_object('run_at', v_run_at));
         IF v_job.state = 'available' THEN
