@@ -3,9 +3,11 @@
 -- Active jobs live in pgsched.jobs, LIST-partitioned by shard; a job never
 -- changes shard while it is active, so no transition moves a row between
 -- partitions. Finishing a job moves it, in the statement that finishes it,
--- to pgsched.job_history (RANGE-partitioned by day). Every transition adds a
--- row to pgsched.job_events (also by day). Retention drops partitions; it
--- never runs a mass DELETE.
+-- to pgsched.job_history (RANGE-partitioned by day). Every transition that
+-- the job's row cannot tell (failures, retries, snoozes, expiries, cancels,
+-- hand-backs, and the claims of those attempts) adds a row to
+-- pgsched.job_events (also by day); pgsched.job_timeline gives them all.
+-- Retention drops partitions; it never runs a mass DELETE.
 
 CREATE TABLE pgsched.jobs (
     id                  bigint            NOT NULL DEFAULT pg_catalog.nextval('pgsched.jobs_id_seq'),
@@ -103,6 +105,7 @@ CREATE TABLE pgsched.job_history (
     -- (see pgsched.read_events and docs/events.md).
     finished_xid        xid8              DEFAULT pg_catalog.pg_current_xact_id(),
     service             boolean           NOT NULL DEFAULT false,
+    claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -122,7 +125,7 @@ CREATE TABLE pgsched.job_events (
         'cancelled', 'lease_expired', 'retried', 'lease_lost'))
 ) PARTITION BY RANGE (at);
 COMMENT ON TABLE pgsched.job_events IS
-    'Audit trail: one row per transition after enqueue (the job row itself records created_at), partitioned by day.';
+    'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
 
 -- Idempotency keys deduplicate against active jobs and, until expires_at,
 -- finished ones. Not partitioned, so the key is unique across all shards.

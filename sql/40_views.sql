@@ -124,3 +124,37 @@ SELECT m.minute, m.queue, m.completed, m.failed, m.dead, m.cancelled, m.retried,
 FROM pgsched.queue_minutes m;
 COMMENT ON VIEW pgsched.queue_history IS
     'Per minute and queue: completed, failed (retried runs), dead, cancelled, redriven, expired leases, sampled depth, start-lag and run-time percentiles (seconds).';
+
+-- job_timeline: every transition of every job, in order: those recorded in
+-- job_events (failures, retries, snoozes, expiries, cancels, hand-backs, and
+-- the claim of every attempt that did not complete) and those derived from
+-- the job's own row: the claim of the attempt running now (jobs.claimed_at)
+-- and the claim and completion of a completed job's last attempt
+-- (job_history.claimed_at, finished_at). source says which; seq is the
+-- event's for a recorded one. Rows filed before job_history had claimed_at
+-- kept recorded claimed/completed events and are not derived again.
+-- security_invoker: the reader's row-level security applies, as on the
+-- tables (a tenant-bound session sees its own jobs' derived transitions;
+-- events carry no tenant, so it sees no recorded ones).
+CREATE OR REPLACE VIEW pgsched.job_timeline WITH (security_invoker = true) AS
+SELECT t.job_id, t.at, t.kind, t.attempt, t.worker, t.token, t.detail, t.source, t.seq
+FROM (
+    SELECT e.job_id, e.at, e.kind, e.attempt, e.worker, e.token, e.detail, 'recorded'::text AS source, e.seq,
+           CASE e.kind WHEN 'claimed' THEN 0 ELSE 1 END AS step
+    FROM pgsched.job_events e
+    UNION ALL
+    SELECT j.id, j.claimed_at, 'claimed', j.attempt, j.leased_by, j.lease_token, NULL, 'derived', NULL, 0
+    FROM pgsched.jobs j
+    WHERE j.state = 'running' AND j.claimed_at IS NOT NULL
+      -- a claim recorded before events became exceptions
+      AND NOT EXISTS (SELECT 1 FROM pgsched.job_events e
+                      WHERE e.job_id = j.id AND e.kind = 'claimed' AND e.token = j.lease_token)
+    UNION ALL
+    SELECT h.id, d.at, d.kind, h.attempt, h.leased_by, h.lease_token, NULL, 'derived', NULL, d.step
+    FROM pgsched.job_history h
+    CROSS JOIN LATERAL (VALUES (h.claimed_at, 'claimed', 0), (h.finished_at, 'completed', 2)) AS d(at, kind, step)
+    WHERE h.state = 'completed' AND h.claimed_at IS NOT NULL
+) t
+ORDER BY t.job_id, t.at, t.attempt, t.step, t.seq;
+COMMENT ON VIEW pgsched.job_timeline IS
+    'Every transition of a job in order: recorded (job_events: the exceptions) and derived (jobs/job_history: the claim of a running attempt, the claim and completion of a completed job). Obeys the reader''s row-level security.';

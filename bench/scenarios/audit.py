@@ -1,7 +1,10 @@
 """Audit events on vs off: the same drains with ``UPDATE pgsched.config SET audit = false``.
 
-pgsched writes one ``pgsched.job_events`` row per transition (claimed,
-completed, ...) while ``config.audit`` is on, its default. Each configuration
+pgsched records in ``pgsched.job_events`` the transitions a job's row cannot
+tell (failures, retries, snoozes, expiries, cancels, hand-backs) while
+``config.audit`` is on, its default; the claim and completion of a job that
+succeeds are read from its history row (``pgsched.job_timeline``), so a drain
+of no-op jobs writes no event either way. Each configuration
 drains the same jobs with audit on and with audit off, in the same round; the
 setting is put back on afterwards, whatever happens.
 """

@@ -121,7 +121,7 @@ def _print_look_inside(console: Console, dsn: str, pgsched_cmd: str, run: str, e
     queries = (
         "SELECT * FROM pgsched.queue_stats;",
         "SELECT * FROM pgsched.dead_letters;",
-        "SELECT kind, count(*) FROM pgsched.job_events GROUP BY 1;",
+        "SELECT kind, count(*) FROM pgsched.job_timeline GROUP BY 1;",
         "SELECT id, task, state, attempt, started_at - run_at AS lag FROM pgsched.job_history\n"
         f"      WHERE idempotency_key LIKE 'demo:{run}:%' ORDER BY attempt DESC, id LIMIT 10;",
     )

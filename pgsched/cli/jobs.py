@@ -108,9 +108,8 @@ LIMIT 1
 
 JOB_EVENTS = """
 SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
-FROM pgsched.job_events e
+FROM pgsched.job_timeline e
 WHERE e.job_id = %s
-ORDER BY e.at, e.seq
 """
 
 LIST_DEAD = """

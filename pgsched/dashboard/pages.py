@@ -510,7 +510,7 @@ def job(view: View, data: Mapping[str, Any]) -> Safe:
     psql = (
         f"SELECT * FROM pgsched.jobs WHERE id = {int(j['id'])};\n"
         f"SELECT * FROM pgsched.job_history WHERE id = {int(j['id'])} ORDER BY finished_at;\n"
-        f"SELECT * FROM pgsched.job_events WHERE job_id = {int(j['id'])} ORDER BY at, seq;"
+        f"SELECT * FROM pgsched.job_timeline WHERE job_id = {int(j['id'])};"
     )
     actions = _job_actions(view, int(j["id"]), j["state"])
     return fmt(

@@ -97,9 +97,8 @@ LIMIT 1
 
 JOB_EVENTS: Final[LiteralString] = """
 SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
-FROM pgsched.job_events e
+FROM pgsched.job_timeline e
 WHERE e.job_id = %(id)s
-ORDER BY e.at, e.seq
 """
 
 # Earlier runs of a redriven job (every history row), newest first.

@@ -74,7 +74,7 @@ SELECT k.job_id, k.expires_at, c.idempotency_retention AS retention
 FROM pgsched.idempotency_keys k, pgsched.config c WHERE k.key = %(key)s;
 
 -- name: events
-SELECT kind, attempt, worker, token, at FROM pgsched.job_events WHERE job_id = %(id)s ORDER BY seq;
+SELECT kind, attempt, worker, token, at FROM pgsched.job_timeline WHERE job_id = %(id)s;
 
 -- name: acquire_shards
 SELECT shard, epoch, expires_at FROM pgsched.acquire_shards(%(scanner)s, %(lease)s::interval, p_now => %(now)s);

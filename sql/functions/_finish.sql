@@ -1,8 +1,11 @@
 -- _finish
 -- contract: records a job that was just deleted from pgsched.jobs (by the
 -- caller's own fenced DELETE, in the same transaction) as finished: a
--- history row in p_state, one audit event, the idempotency key's
--- retention clock started (a service's key is freed at once), and the status event on pgsched_events (when
+-- history row in p_state, the audit events of a job that did not complete
+-- (the claim of the attempt it was running, if any, then p_state; a
+-- completion is read from the history row), the idempotency key's
+-- retention clock started (a service's key is freed at once), and the
+-- status event on pgsched_events (when
 -- pgsched.config.events is on; payload in docs/events.md, the same as
 -- complete()'s); a waiting job's dependency rows dropped, and a dead or
 -- cancelled job's dependents cancelled or left waiting by their policy
@@ -26,7 +29,7 @@ BEGIN
     INSERT INTO pgsched.job_history
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
          leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
-         service)
+         service, claimed_at)
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at,
@@ -34,13 +37,17 @@ BEGIN
             -- a job cancelled before its handler started has none
             coalesce(p_job.started_at,
                      CASE WHEN p_job.state = 'running' AND p_state <> 'cancelled' THEN p_job.claimed_at END),
-            p_now, p_result, p_error, p_job.schedule, p_job.service);
+            p_now, p_result, p_error, p_job.schedule, p_job.service, p_job.claimed_at);
     IF v_config.events THEN
         PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
             'id', p_job.id, 'queue', p_job.queue, 'task', p_job.task, 'state', p_state,
             'attempt', p_job.attempt)::text);
     END IF;
-    IF v_config.audit THEN
+    IF v_config.audit AND p_state <> 'completed' THEN
+        IF p_job.state = 'running' AND p_job.claimed_at IS NOT NULL THEN
+            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+            VALUES (p_job.id, p_job.claimed_at, 'claimed', p_job.attempt, p_job.leased_by, p_job.lease_token);
+        END IF;
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
         VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
                 coalesce(p_detail, CASE WHEN p_error IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object('error', p_error) END));

@@ -29,8 +29,11 @@ DECLARE
     v_scope text := pgsched._tenant_scope();
     v_max_handbacks integer;
     v_error text;
+    v_worker text;
 BEGIN
     SELECT c.max_handbacks INTO v_max_handbacks FROM pgsched.config c;
+    -- The holder of this token (the claim recorded below): a token is leased once.
+    SELECT j.leased_by INTO v_worker FROM pgsched.jobs j WHERE j.id = p_job_id AND j.lease_token = p_token;
     DELETE FROM pgsched.jobs j
     WHERE p_kind = 'released'
       AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
@@ -58,6 +61,9 @@ BEGIN
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
+        -- the attempt did not complete: its claim is recorded now (job_timeline)
+        PERFORM pgsched._event(p_job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_worker, p_token)
+        WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
             pg_catalog.jsonb_build_object('run_at', v_run_at));
         IF v_job.state = 'available' THEN

@@ -4,6 +4,9 @@
 -- Each claimed job gets a new fencing token, larger than any before, and its
 -- attempt incremented. A job is never leased twice at once: rows are locked
 -- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+-- The claim writes no audit event: the job's row keeps claimed_at, and an
+-- attempt that ends other than completed records its claim then (see
+-- pgsched.job_timeline).
 --
 -- Shards are visited one statement each, starting at start_shard (workers
 -- rotate it), so concurrent claimers spread over partitions instead of
@@ -40,7 +43,6 @@ DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_shards integer;
-    v_audit boolean;
     v_queues text[];
     v_left integer := claim.n;
     v_got integer;
@@ -53,7 +55,7 @@ BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT c.shards, c.audit INTO v_shards, v_audit FROM pgsched.config c;
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
     SELECT pg_catalog.array_agg(q) INTO v_queues
     FROM unnest(claim.queues) q
     WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
@@ -90,11 +92,6 @@ BEGIN
                   AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
                   AND j.state = 'available'
                 RETURNING j.*
-            ), audit AS (
-                INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-                SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
-                FROM leased l
-                WHERE v_audit
             )
             SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
                    l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
@@ -134,11 +131,6 @@ BEGIN
             -- ids as an array: one index probe each, never a scan of the partition
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
             RETURNING j.*
-        ), audit AS (
-            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-            SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
-            FROM leased l
-            WHERE v_audit
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
                l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context

@@ -1,7 +1,8 @@
 -- complete
 -- contract: finishes the jobs whose fencing token is still current, in one
 -- statement: each accepted job leaves pgsched.jobs and enters
--- pgsched.job_history as 'completed' with its result, with one audit event.
+-- pgsched.job_history as 'completed' with its result (its claim and
+-- completion are read from that row: pgsched.job_timeline; no audit event).
 -- A stale token (the lease expired and the job was handed to someone else, or
 -- it already finished) changes nothing. Returns one row per input job saying
 -- whether it was accepted. Each accepted job sends its status event on
@@ -47,17 +48,13 @@ BEGIN
         INSERT INTO pgsched.job_history
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
              leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
-             service)
+             service, claimed_at)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
                -- a worker that never called start() ran it from its claim on
-               d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule, d.service
+               d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule, d.service,
+               d.claimed_at
         FROM done d
-    ), audit AS (
-        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-        SELECT d.id, v_now, 'completed', d.attempt, d.leased_by, d.lease_token
-        FROM done d
-        WHERE v_config.audit
     ), keys AS (
         UPDATE pgsched.idempotency_keys k
         SET expires_at = CASE WHEN d.service THEN v_now ELSE v_now + v_config.idempotency_retention END

@@ -49,13 +49,20 @@ BEGIN
         WHERE j.id = e.id AND j.shard = e.shard AND j.lease_token = e.lease_token
           AND j.state = 'running' AND j.lease_expires_at < v_now
           AND (j.attempt < j.max_attempts OR j.service) AND j.cancel_requested_at IS NULL
-        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at
+        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at, j.claimed_at
     ), audit AS (
+        -- the attempt's claim (not recorded while it ran: job_timeline), then its expiry
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
-        SELECT r.id, v_now, 'lease_expired', r.attempt, r.leased_by, r.lease_token,
-               pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available')
-        FROM requeued r, pgsched.config c
-        WHERE c.audit
+        SELECT r.id, ev.at, ev.kind, r.attempt, r.leased_by, r.lease_token, ev.detail
+        FROM requeued r
+        CROSS JOIN pgsched.config c
+        CROSS JOIN LATERAL (VALUES
+            (1, r.claimed_at, 'claimed', NULL::jsonb),
+            (2, v_now, 'lease_expired',
+             pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available'))
+        ) AS ev(step, at, kind, detail)
+        WHERE c.audit AND ev.at IS NOT NULL
+        ORDER BY r.id, ev.step
     )
     SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue)
     INTO v_count, v_requeued

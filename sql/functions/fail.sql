@@ -46,9 +46,12 @@ BEGIN
       AND NOT coalesce(fail.final, false)
       AND j.attempt < j.max_attempts
       AND j.cancel_requested_at IS NULL
-    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by
-    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by;
+    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by, j.claimed_at
+    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by, v_job.claimed_at;
     IF FOUND THEN
+        -- the attempt did not complete: its claim is recorded now (job_timeline)
+        PERFORM pgsched._event(fail.job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_job.leased_by, fail.token)
+        WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, v_job.leased_by, fail.token,
             pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at)
             || CASE WHEN fail.result IS NULL THEN '{}' ELSE pg_catalog.jsonb_build_object('result', fail.result) END);

@@ -85,7 +85,7 @@ def terminal_rows(conn: psycopg.Connection[Any], job_id: int) -> list[str]:
 
 
 def events(conn: psycopg.Connection[Any], job_id: int) -> Counter[str]:
-    return Counter(r[0] for r in conn.execute("SELECT kind FROM pgsched.job_events WHERE job_id = %s", [job_id]))
+    return Counter(r[0] for r in conn.execute("SELECT kind FROM pgsched.job_timeline WHERE job_id = %s", [job_id]))
 
 
 def cancel_vs_claim(dsn: str, iterations: int) -> Counter[str]:

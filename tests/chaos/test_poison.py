@@ -57,7 +57,7 @@ def run_poison(env: Env, *, poisons: int, max_attempts: int, lease: float) -> No
             assert attempts == sorted(set(attempts)), attempts
             assert set(attempts) <= set(range(1, max_attempts + 1)), attempts
             kinds = conn.execute(
-                "SELECT kind, count(*) FROM pgsched.job_events WHERE job_id = %s GROUP BY kind", [job_id]
+                "SELECT kind, count(*) FROM pgsched.job_timeline WHERE job_id = %s GROUP BY kind", [job_id]
             ).fetchall()
             assert dict(kinds) == {"claimed": max_attempts, "lease_expired": max_attempts, "dead": 1}
             error = conn.execute("SELECT error FROM pgsched.job_history WHERE id = %s", [job_id]).fetchone()

@@ -179,7 +179,7 @@ def test_scene_1_the_job_started_on_the_dot(kept: Story) -> None:
     facts = kept.scenes[0].facts
     with db(kept, 1) as conn:
         job = conn.execute("SELECT * FROM pgsched.job_history WHERE id = %s", [facts["job_id"]]).fetchone()
-        claims = conn.execute("SELECT at FROM pgsched.job_events WHERE kind = 'claimed'").fetchall()
+        claims = conn.execute("SELECT at FROM pgsched.job_timeline WHERE kind = 'claimed'").fetchall()
     assert job is not None
     assert job["state"] == "completed"
     assert job["run_at"] == job["started_at"] == at("2099-03-28T12:05:00")
@@ -219,7 +219,7 @@ def test_scene_3_the_refused_completion_changed_nothing_and_the_effect_happened_
             "completed", 2, facts["token"], "worker-2",
         )  # fmt: skip
         assert conn.execute("SELECT count(*) AS n FROM pgsched.jobs").fetchone() == {"n": 0}
-        events = conn.execute("SELECT kind, token FROM pgsched.job_events ORDER BY seq").fetchall()
+        events = conn.execute("SELECT kind, token FROM pgsched.job_timeline").fetchall()
         assert [(e["kind"], e["token"]) for e in events] == [
             ("claimed", facts["stale_token"]), ("lease_expired", facts["stale_token"]),
             ("claimed", facts["token"]), ("completed", facts["token"]),
@@ -233,7 +233,7 @@ def test_scene_3_the_refused_completion_changed_nothing_and_the_effect_happened_
         assert stale == {"accepted": False}
         again = conn.execute("SELECT * FROM pgsched.job_history WHERE id = %s", [facts["job_id"]]).fetchone()
         assert again == job
-        assert conn.execute("SELECT count(*) AS n FROM pgsched.job_events").fetchone() == {"n": 4}
+        assert conn.execute("SELECT count(*) AS n FROM pgsched.job_timeline").fetchone() == {"n": 4}
 
 
 def test_scene_4_one_job_for_the_key(kept: Story) -> None:
@@ -314,7 +314,7 @@ def test_scene_8_cancel_and_claim_never_both_win(kept: Story) -> None:
             for row in conn.execute("SELECT id, state, attempt, started_at FROM pgsched.job_history").fetchall()
         }
         claimed = {
-            row["job_id"] for row in conn.execute("SELECT job_id FROM pgsched.job_events WHERE kind = 'claimed'")
+            row["job_id"] for row in conn.execute("SELECT job_id FROM pgsched.job_timeline WHERE kind = 'claimed'")
         }
     ran, never = history[facts["claimed_then_cancelled"]], history[facts["cancelled_before_claim"]]
     assert (ran["state"], ran["attempt"]) == ("cancelled", 1)

@@ -68,7 +68,7 @@ def wait_all(conn: psycopg.Connection[Any], ids: list[int], state: str, timeout:
 
 def events(conn: psycopg.Connection[Any], job_id: int, kind: str | None = None) -> list[dict[str, Any]]:
     return conn.execute(
-        "SELECT * FROM pgsched.job_events WHERE job_id = %s AND (%s::text IS NULL OR kind = %s) ORDER BY at, kind",
+        "SELECT * FROM pgsched.job_timeline WHERE job_id = %s AND (%s::text IS NULL OR kind = %s)",
         [job_id, kind, kind],
     ).fetchall()
 

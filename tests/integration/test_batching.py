@@ -19,7 +19,7 @@ StartWorker = Callable[..., Running]
 def claim_batches(conn: psycopg.Connection[Any], ids: list[int]) -> list[int]:
     """Sizes of the claim() calls that took these jobs, in order (one statement, one now())."""
     rows = conn.execute(
-        "SELECT at, count(*) AS n FROM pgsched.job_events WHERE kind = 'claimed' AND job_id = ANY(%s) "
+        "SELECT at, count(*) AS n FROM pgsched.job_timeline WHERE kind = 'claimed' AND job_id = ANY(%s) "
         "GROUP BY at ORDER BY at",
         [ids],
     ).fetchall()

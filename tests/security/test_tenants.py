@@ -63,6 +63,7 @@ def seen(c: Conn) -> dict[str, set[Any]]:
     }
     if scalar(c, "SELECT has_table_privilege('pgsched.job_events', 'SELECT')"):
         found["events"] = col("SELECT job_id FROM pgsched.job_events")
+        found["timeline"] = col("SELECT job_id FROM pgsched.job_timeline")
         found["keys"] = col("SELECT job_id FROM pgsched.idempotency_keys")
         found["schedules"] = col("SELECT name FROM pgsched.schedules")
         found["schedule_status"] = col("SELECT name FROM pgsched.schedule_status")
@@ -81,6 +82,9 @@ def only(made: dict[str, Any], *, worker: bool) -> dict[str, set[Any]]:
     if worker:
         expected |= {
             "events": set(),  # events carry no tenant: a confined session sees none
+            # the view runs with the reader's rights: its own running job's claim, derived from
+            # the row; the dead job's claim and death are recorded events, which it does not see
+            "timeline": {made["running"]},
             "keys": {made["waiting"]},
             "schedules": {f"s_{made['tenant']}"},
             "schedule_status": {f"s_{made['tenant']}"},
@@ -183,6 +187,32 @@ def test_a_bound_worker_claims_and_finishes_only_its_tenants_jobs(
         assert (
             scalar(owner, "SELECT state::text FROM pgsched.jobs WHERE id = %s", [seeded[t]["waiting"]]) == "available"
         )
+
+
+def test_a_bound_login_reads_only_its_own_jobs_timeline(
+    deployment: Deployment, owner: Conn, seeded: dict[str | None, dict[str, Any]]
+) -> None:
+    """job_timeline derives claims and completions from jobs/job_history: their row-level security holds."""
+    for t in TENANTS:  # each tenant's waiting job succeeds at its first claim: nothing recorded
+        got = claim(owner, 10, queues=[seeded[t]["queue"]], start_shard=None)
+        assert [r["id"] for r in got] == [seeded[t]["waiting"]]
+        complete(owner, [pair(got[0])])
+    rows = "SELECT job_id, kind, source FROM pgsched.job_timeline WHERE source = 'derived' ORDER BY job_id, at"
+    everyone = owner.execute(rows).fetchall()
+    assert {r["job_id"] for r in everyone} == {seeded[t][k] for t in TENANTS for k in ("running", "waiting")}
+    for granted in ("pgsched_worker", "pgsched_admin"):
+        acme = deployment.login(granted, tenant="acme")
+        mine = {seeded["acme"]["running"], seeded["acme"]["waiting"]}
+        assert acme.execute(rows).fetchall() == [r for r in everyone if r["job_id"] in mine]
+        assert [r["kind"] for r in acme.execute(rows).fetchall() if r["job_id"] == seeded["acme"]["waiting"]] == [
+            "claimed",
+            "completed",
+        ]
+        for other in ("globex", None):
+            for k in ("running", "waiting", "dead"):
+                found = scalar(acme, "SELECT count(*) FROM pgsched.job_timeline WHERE job_id = %s", [seeded[other][k]])
+                assert found == 0, (granted, other, k)
+    assert deployment.login("pgsched_worker").execute(rows).fetchall() == everyone
 
 
 def test_a_bound_admin_cannot_touch_other_tenants(

@@ -203,9 +203,9 @@ def history(conn: Conn, job_id: int) -> list[Row]:
 
 
 def events(conn: Conn, job_id: int) -> list[Row]:
-    """The job's audit events, in the order they were written."""
+    """The job's timeline (recorded and derived transitions), in order."""
     return conn.execute(
-        "SELECT kind, attempt, worker, token, detail, at FROM pgsched.job_events WHERE job_id = %s ORDER BY seq",
+        "SELECT kind, attempt, worker, token, detail, at FROM pgsched.job_timeline WHERE job_id = %s",
         [job_id],
     ).fetchall()
 

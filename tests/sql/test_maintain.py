@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, time, timedelta
 import psycopg
 from psycopg.rows import dict_row
 
-from tests.sql.helpers import Conn, claim_one, complete, enqueue, maintain, pair, scalar
+from tests.sql.helpers import Conn, claim_one, complete, enqueue, fail, maintain, pair, scalar
 
 PARENTS = ("job_history", "job_events")
 
@@ -42,8 +42,9 @@ def where_is(conn: Conn, job_id: int) -> tuple[str, list[str]]:
 
 
 def finish_job_at(conn: Conn, at: datetime) -> int:
+    """A job that dies at `at`: it leaves a history row and two events (its claim, its death)."""
     job_id = enqueue(conn)
-    complete(conn, [pair(claim_one(conn, now=at))], now=at)
+    fail(conn, *pair(claim_one(conn, now=at)), final=True, now=at)
     return job_id
 
 

@@ -143,6 +143,7 @@ def test_an_enqueue_role_inserts_and_enqueues_but_cannot_claim(conn: Conn, make_
             "UPDATE pgsched.jobs SET priority = 100",
             "DELETE FROM pgsched.jobs",
             "SELECT count(*) FROM pgsched.job_events",
+            "SELECT count(*) FROM pgsched.job_timeline",
         ):
             with refused(DENIED):
                 app.execute(statement)

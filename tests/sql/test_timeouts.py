@@ -188,6 +188,8 @@ def test_a_service_handed_back_at_every_deploy_never_goes_dead(conn: Conn, now: 
     assert row is not None
     assert (row["state"], row["handbacks"]) == ("available", 0)
     assert history(conn, job_id) == []
+
+
 def test_an_enqueue_role_sets_a_timeout_but_not_the_deadline_nor_the_hand_backs(
     conn: Conn,
     make_role: MakeRole,  # noqa: F811 (the fixture of test_roles)
