@@ -5,6 +5,8 @@
 -- task and args are the same (else PS422, see _key_holder). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
 -- A refused value raises with its column named (see _check_job).
+-- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
+-- count (docs/dispatch.md).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts as a trusted writer
@@ -18,7 +20,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue(
     idempotency_key text        DEFAULT NULL,
     max_attempts    integer     DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    concurrency_key text        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -66,10 +69,11 @@ BEGIN
 
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
-        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant)
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         concurrency_key)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
-            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
+            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant, enqueue.concurrency_key);
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
     IF v_run_at <= v_now THEN
