@@ -11,7 +11,7 @@
 -- lease runs out, with nothing to repair); rates count the starts recorded
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
 -- Under fairness, the tenants with due jobs (one index probe each) are taken
--- in turn from a random one, ceil(n / tenants) jobs each, heads first.
+-- in turn (round robin), ceil(n / tenants) jobs each, heads first.
 -- Per-key limits skip jobs whose key is full, reading at most 1000
 -- candidates.
 CREATE OR REPLACE FUNCTION pgsched._claim_limited(
@@ -90,8 +90,11 @@ BEGIN
         IF v_ng = 0 THEN
             RETURN;
         END IF;
-        -- Turns start at a random tenant: no shared cursor to write.
-        v_off := pg_catalog.floor(pg_catalog.random() * v_ng)::integer;
+        -- Turns start where the last claims left off, with no cursor to
+        -- write: the lease token sequence moved by one per job leased since,
+        -- so a claim that served k tenants moves the next start k tenants on.
+        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_ng)::integer INTO v_off
+        FROM pgsched.lease_token_seq s;
         v_groups := v_groups[v_off + 1 :] || v_groups[: v_off];
         v_ng := least(v_ng, v_k);
         v_per := CASE WHEN v_keyed THEN v_scan ELSE (v_k + v_ng - 1) / v_ng END;
