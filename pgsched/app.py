@@ -345,6 +345,7 @@ class App:
         max_attempts: int | None = None,
         labels: Sequence[str] | None = None,
         tenant: str | None = None,
+        concurrency_key: str | None = None,
     ) -> JobHandle:
         """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
 
@@ -366,6 +367,7 @@ class App:
             else (registered.max_attempts if registered else None),
             labels=labels if labels is not None else (registered.labels if registered else ()),
             tenant=tenant,
+            concurrency_key=concurrency_key,
         )
         return self.enqueue_spec(spec, conn=conn)
 
@@ -518,10 +520,13 @@ def _enqueue_params(spec: JobSpec) -> tuple[Any, ...]:
         spec.max_attempts,
         list(spec.labels),
         spec.tenant,
+        spec.concurrency_key,
     )
 
 
 def _enqueue_many_params(specs: Sequence[JobSpec]) -> tuple[Any, ...]:
+    if any(s.concurrency_key is not None for s in specs):
+        raise ValueError("enqueue_many() does not carry concurrency_key: enqueue jobs with a key one by one")
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
     return (
         [s.task for s in specs],

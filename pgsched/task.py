@@ -45,6 +45,7 @@ class JobSpec:
     max_attempts: int | None = None
     labels: Sequence[str] = ()
     tenant: str | None = None
+    concurrency_key: str | None = None  # what the queue's per-key limits count (docs/dispatch.md)
 
     def __post_init__(self) -> None:
         for name in ("priority", "max_attempts"):
@@ -77,7 +78,7 @@ class JobSpec:
 
 
 _OPTION_NAMES = frozenset(
-    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant"}
+    {"queue", "run_at", "delay", "priority", "idempotency_key", "max_attempts", "labels", "tenant", "concurrency_key"}
 )
 
 
@@ -191,14 +192,15 @@ class Task(Generic[P, R]):
         return await self.app.enqueue_spec_async(self.job(*args, **kwargs), conn=conn)
 
     def using(self, **options: Any) -> BoundTask:
-        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant."""
+        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant,
+        concurrency_key."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
         return BoundTask(self, options)
 
     def policy(self) -> dict[str, Any]:
-        """This task's retry policy as pgsched.register_tasks() takes it."""
+        """This task's retry policy and default labels as pgsched.register_tasks() takes them."""
         return {
             "name": self.name,
             "queue": self.queue,
@@ -206,6 +208,7 @@ class Task(Generic[P, R]):
             "backoff_base": self.retry_backoff,
             "backoff_max": self.retry_backoff_max,
             "backoff_jitter": self.retry_jitter,
+            "labels": list(self.labels),  # the default labels of its jobs, for other languages too
         }
 
     def call_handler(self, ctx: JobContext) -> Any:
