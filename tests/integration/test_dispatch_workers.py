@@ -1,0 +1,61 @@
+"""Dispatch limits with real workers: a global concurrency limit across workers, a rate limit that workers sleep out."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pgsched import App
+from tests.integration.conftest import Running, wait_all
+
+StartWorker = Callable[..., Running]
+
+
+def test_two_workers_together_never_run_more_than_the_queues_limit(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    conn.execute("SELECT pgsched.configure_queue('default', concurrency => 3)")
+    lock = threading.Lock()
+    now_running = [0]
+    peak = [0]
+
+    @app.task(name="limited.job")
+    def limited() -> None:
+        with lock:
+            now_running[0] += 1
+            peak[0] = max(peak[0], now_running[0])
+        time.sleep(0.05)
+        with lock:
+            now_running[0] -= 1
+
+    ids = [int(limited.enqueue()) for _ in range(30)]
+    start_worker(name="a", concurrency=4)
+    start_worker(name="b", concurrency=4)
+    wait_all(conn, ids, "completed", timeout=60)
+    assert peak[0] == 3  # reached, never passed (8 handler slots between them)
+
+
+def test_a_rate_limited_worker_sleeps_until_the_next_start(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    conn.execute("SELECT pgsched.configure_queue('default', rate => 4, rate_period => '1 second')")
+    starts: list[float] = []
+
+    @app.task(name="rated.job")
+    def rated() -> None:
+        starts.append(time.monotonic())
+
+    ids = [int(rated.enqueue()) for _ in range(12)]
+    running = start_worker(name="r", concurrency=8, poll_interval=5.0)
+    wait_all(conn, ids, "completed", timeout=60)
+    # 12 starts at 4 per second: three windows, so at least two seconds, and
+    # not the 5 s poll interval per window: the worker slept until each opened.
+    span = max(starts) - min(starts)
+    assert 1.9 <= span < 6.0, span
+    claims = running.worker.metrics.claim_seconds.collect()[0]
+    count = next(s.value for s in claims.samples if s.name.endswith("_count"))
+    assert count <= 12, count  # a claim per window opening, a few short ones; no spinning
