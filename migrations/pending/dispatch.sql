@@ -48,6 +48,7 @@ CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
 -- Grants (the function files are applied before these lines).
 REVOKE EXECUTE ON FUNCTION pgsched.enqueue, pgsched.configure_queue, pgsched.next_start, pgsched._claim_limited,
     pgsched._key_room, pgsched.tg_jobs__dispatch FROM PUBLIC;
+REVOKE ALL ON pgsched.rate_windows FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgsched.enqueue TO pgsched_enqueue;
 GRANT INSERT (concurrency_key) ON pgsched.jobs TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.next_start TO pgsched_worker;
