@@ -8,8 +8,9 @@ from tests.e2e.clirun import Cli, connect
 def test_configure_shows_and_clears_a_policy(dsn: str) -> None:
     cli = Cli(dsn)
     settings = cli.json(
-        "queues", "configure", "reports", "--concurrency", "20", "--rate", "100/1s", "--aging", "5m", "--tenant-fairness"
-    )
+        "queues", "configure", "reports", "--concurrency", "20", "--rate", "100/1s", "--aging", "5m",
+        "--tenant-fairness",
+    )  # fmt: skip
     assert settings | {"restamped": 0} == {
         "queue": "reports", "concurrency": 20, "key_concurrency": None, "rate": 100, "key_rate": None,
         "rate_period_s": 1, "aging_s": 300, "tenant_fairness": True, "labels": None, "restamped": 0,
@@ -18,7 +19,7 @@ def test_configure_shows_and_clears_a_policy(dsn: str) -> None:
     assert out.strip() == "queue reports: concurrency 20, 2 running per key, rate 100/1s, aging 5m, tenant fairness"
 
     (row,) = [q for q in cli.json("queues", "list") if q["queue"] == "reports"]
-    assert row["policy"]["concurrency"] == 20 and row["policy"]["tenant_fairness"] is True
+    assert (row["policy"]["concurrency"], row["policy"]["tenant_fairness"]) == (20, True)
     assert "concurrency 20" in cli.ok("queues", "list").out
     assert [p["queue"] for p in cli.json("stats")["policies"]] == ["reports"]
 
@@ -26,7 +27,7 @@ def test_configure_shows_and_clears_a_policy(dsn: str) -> None:
     assert (cleared["rate"], cleared["rate_period_s"], cleared["tenant_fairness"]) == (None, None, False)
     assert cleared["concurrency"] == 20
     everything = cli.json("queues", "configure", "reports", "--clear", "all")
-    assert everything["concurrency"] is None and everything["aging_s"] is None
+    assert (everything["concurrency"], everything["aging_s"]) == (None, None)
 
 
 def test_bad_settings_are_refused_with_a_message(dsn: str) -> None:
@@ -51,4 +52,5 @@ def test_unserved_labels_show_in_stats_and_doctor(dsn: str) -> None:
     assert (unserved["queue"], unserved["labels"], unserved["available"]) == ("render", ["gpu"], 1)
     assert "UNSERVED" in cli.ok("stats").out
     doctor = cli("doctor")
-    assert "worker pools" in doctor.out and "render need gpu" in doctor.out, str(doctor)
+    assert "worker pools" in doctor.out, str(doctor)
+    assert "render need gpu" in doctor.out, str(doctor)

@@ -37,7 +37,7 @@ def test_an_application_cannot_jump_the_claim_order_with_a_plain_insert(deployme
     app = deployment.login("pgsched_enqueue")
     for column, value in (("dispatch_rank", -1000000), ("dispatch_at", "2000-01-01"), ("dispatch_group", "")):
         with refused("42501"):
-            app.execute(f"INSERT INTO pgsched.jobs (task, {column}) VALUES ('t', %s)", [value])  # noqa: S608 - fixed names
+            app.execute(f"INSERT INTO pgsched.jobs (task, {column}) VALUES ('t', %s)", [value])
     # concurrency_key is the user's to choose.
     app.execute("INSERT INTO pgsched.jobs (task, concurrency_key) VALUES ('t', 'customer:1')")
     assert scalar(owner, "SELECT concurrency_key FROM pgsched.jobs") == "customer:1"

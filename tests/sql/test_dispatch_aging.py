@@ -56,7 +56,8 @@ def test_aging_orders_each_shard_by_one_index_scan(conn: Conn, now: datetime) ->
             "AND j.queue = 'default' ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id LIMIT 10"
         ).fetchall()
     )
-    assert "Index Scan using" in plan and "dispatch_group_dispatch_rank_dispatch_at" in plan, plan
+    assert "Index Scan using" in plan, plan
+    assert "dispatch_group_dispatch_rank_dispatch_at" in plan, plan
     assert "Sort" not in plan, plan
 
 

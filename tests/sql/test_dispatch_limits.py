@@ -34,7 +34,7 @@ def together(fns: list[Callable[[], T]]) -> list[T]:
         try:
             barrier.wait(timeout=60)
             results[i] = fns[i]()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
+        except BaseException as exc:  # handed to the test thread
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
