@@ -31,6 +31,8 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan per statement, pruned to the shard when it runs (as claim()).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -47,6 +49,8 @@ DECLARE
     v_room jsonb := '{}';
     v_left integer;
     v_cand record;
+    v_shard smallint;
+    v_sids bigint[];
 BEGIN
     SELECT * INTO v_q FROM pgsched.queues q WHERE q.name = p_queue;
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -148,47 +152,49 @@ BEGIN
         RETURN;
     END IF;
 
-    RETURN QUERY
-    WITH locked AS MATERIALIZED (
-        SELECT j.id, j.shard
-        FROM pgsched.jobs j
-        WHERE j.id = ANY (v_ids) AND j.shard = ANY (v_shards) AND j.state = 'available'
-        ORDER BY j.id
-        FOR UPDATE SKIP LOCKED
-    ), leased AS (
-        UPDATE pgsched.jobs j
-        SET state = 'running',
-            attempt = j.attempt + 1,
-            lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
-            leased_by = p_worker,
-            lease_expires_at = p_now + p_lease,
-            claimed_at = p_now,
-            started_at = NULL
-        WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
-          AND j.shard = ANY (ARRAY(SELECT l.shard FROM locked l))
-          AND j.state = 'available'
-        RETURNING j.*
-    ), audit AS (
-        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-        SELECT l.id, p_now, 'claimed', l.attempt, p_worker, l.lease_token
-        FROM leased l
-        WHERE p_audit
-    ), started AS (
-        -- The window keeps the starts inside the period, oldest first.
-        INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
-        SELECT p_queue, k.rate_key, pg_catalog.array_fill(p_now, ARRAY[k.n])
-        FROM (SELECT ''::text AS rate_key, pg_catalog.count(*)::integer AS n FROM leased
-              WHERE v_q.rate IS NOT NULL HAVING pg_catalog.count(*) > 0
-              UNION ALL
-              SELECT l.concurrency_key, pg_catalog.count(*)::integer FROM leased l
-              WHERE v_q.key_rate IS NOT NULL AND l.concurrency_key IS NOT NULL
-              GROUP BY l.concurrency_key) k
-        ON CONFLICT ON CONSTRAINT rate_windows_pkey DO UPDATE
-        SET starts = ARRAY(SELECT s FROM unnest(w.starts) s WHERE s > p_now - v_q.rate_period ORDER BY s)
-                     || EXCLUDED.starts
-    )
-    SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-           l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
-    FROM leased l;
+    -- One statement per shard, pruned to its partition (as claim() does).
+    FOR v_shard IN SELECT DISTINCT u.s FROM unnest(v_shards) AS u(s) ORDER BY 1 LOOP
+        v_sids := ARRAY(SELECT u.i FROM unnest(v_ids, v_shards) AS u(i, s) WHERE u.s = v_shard);
+        RETURN QUERY
+        WITH locked AS MATERIALIZED (
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard AND j.id = ANY (v_sids) AND j.state = 'available'
+            ORDER BY j.id
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE pgsched.jobs j
+            SET state = 'running',
+                attempt = j.attempt + 1,
+                lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                leased_by = p_worker,
+                lease_expires_at = p_now + p_lease,
+                claimed_at = p_now,
+                started_at = NULL
+            WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
+            RETURNING j.*
+        ), audit AS (
+            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+            SELECT l.id, p_now, 'claimed', l.attempt, p_worker, l.lease_token
+            FROM leased l
+            WHERE p_audit
+        ), started AS (
+            -- The window keeps the starts inside the period, oldest first.
+            INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
+            SELECT p_queue, k.rate_key, pg_catalog.array_fill(p_now, ARRAY[k.n])
+            FROM (SELECT ''::text AS rate_key, pg_catalog.count(*)::integer AS n FROM leased
+                  WHERE v_q.rate IS NOT NULL HAVING pg_catalog.count(*) > 0
+                  UNION ALL
+                  SELECT l.concurrency_key, pg_catalog.count(*)::integer FROM leased l
+                  WHERE v_q.key_rate IS NOT NULL AND l.concurrency_key IS NOT NULL
+                  GROUP BY l.concurrency_key) k
+            ON CONFLICT ON CONSTRAINT rate_windows_pkey DO UPDATE
+            SET starts = ARRAY(SELECT s FROM unnest(w.starts) s WHERE s > p_now - v_q.rate_period ORDER BY s)
+                         || EXCLUDED.starts
+        )
+        SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+        FROM leased l;
+    END LOOP;
 END
 $$;

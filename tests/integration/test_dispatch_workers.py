@@ -59,3 +59,30 @@ def test_a_rate_limited_worker_sleeps_until_the_next_start(
     claims = running.worker.metrics.claim_seconds.collect()[0]
     count = next(s.value for s in claims.samples if s.name.endswith("_count"))
     assert count <= 12, count  # a claim per window opening, a few short ones; no spinning
+
+
+def test_jobs_of_one_concurrency_key_run_one_at_a_time_across_workers(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    conn.execute("SELECT pgsched.configure_queue('default', key_concurrency => 1)")
+    lock = threading.Lock()
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+
+    @app.task(name="keyed.job")
+    def keyed(customer: str) -> None:
+        with lock:
+            running[customer] = running.get(customer, 0) + 1
+            peak[customer] = max(peak.get(customer, 0), running[customer])
+        time.sleep(0.03)
+        with lock:
+            running[customer] -= 1
+
+    ids = [int(keyed.using(concurrency_key=f"customer:{c}").enqueue(c)) for c in ("a", "b") for _ in range(8)]
+    ids.append(int(app.enqueue("keyed.job", {"customer": "c"}, concurrency_key="customer:c")))
+    row = conn.execute("SELECT concurrency_key FROM pgsched.jobs WHERE id = %s", [ids[-1]]).fetchone()
+    assert row == {"concurrency_key": "customer:c"}
+    start_worker(name="a", concurrency=4)
+    start_worker(name="b", concurrency=4)
+    wait_all(conn, ids, "completed", timeout=60)
+    assert peak == {"a": 1, "b": 1, "c": 1}
