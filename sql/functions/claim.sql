@@ -65,8 +65,9 @@ BEGIN
     IF v_queues IS NULL THEN
         RETURN;
     END IF;
-    -- Queues with a dispatch policy (limits, fairness) take their own path.
-    SELECT pg_catalog.array_agg(pq.name) INTO v_limited FROM pgsched.queues pq
+    -- Queues with a dispatch policy (limits, fairness) take their own path,
+    -- in name order: their locks are always taken in one order (no deadlock).
+    SELECT pg_catalog.array_agg(pq.name ORDER BY pq.name) INTO v_limited FROM pgsched.queues pq
     WHERE pq.name = ANY (v_queues)
       AND (pq.concurrency IS NOT NULL OR pq.key_concurrency IS NOT NULL OR pq.rate IS NOT NULL
            OR pq.key_rate IS NOT NULL OR pq.tenant_fairness);
