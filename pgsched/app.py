@@ -388,6 +388,7 @@ class App:
         timeout: float | timedelta | None = None,
         depends_on: Sequence[int] = (),
         on_dependency_failure: str | None = None,
+        concurrency_key: str | None = None,
     ) -> JobHandle:
         """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
 
@@ -415,6 +416,7 @@ class App:
             service=registered.service if registered else False,
             depends_on=tuple(depends_on),
             on_dependency_failure=on_dependency_failure,
+            concurrency_key=concurrency_key,
         )
         return self.enqueue_spec(spec, conn=conn)
 
@@ -649,6 +651,7 @@ def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[An
         _dependency_ids(spec) or None,
         spec.on_dependency_failure,
         trace_context,
+        spec.concurrency_key,
     )
 
 
@@ -747,6 +750,8 @@ def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = N
                 f"job {n} of the batch has a timeout: enqueue_many() takes none per job;"
                 " set it on the task (@app.task(timeout=...)) or enqueue the job with enqueue()"
             )
+    if any(s.concurrency_key is not None for s in specs):
+        raise ValueError("enqueue_many() does not carry concurrency_key: enqueue jobs with a key one by one")
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
     return (
         [s.task for s in specs],

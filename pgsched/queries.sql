@@ -6,7 +6,7 @@
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
                        %s::text, %s::integer, %s::text[], %s::text, %s::interval, %s::bigint[], %s::text,
-                       %s::jsonb);
+                       %s::jsonb, %s::text);
 
 -- name: enqueue_command
 SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
@@ -58,6 +58,11 @@ SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.leas
        extract(epoch FROM s.timeout)::float8 AS timeout
 FROM c LEFT JOIN s ON s.job_id = c.id
 ORDER BY c.n;
+
+-- When every queue of a short claim is at its rate limit: seconds until the
+-- next start is allowed (NULL: a start may be allowed now).
+-- name: next_start
+SELECT EXTRACT(EPOCH FROM pgsched.next_start(%s::text[]) - pg_catalog.clock_timestamp())::double precision;
 
 -- name: start
 SELECT job_id, outcome, extract(epoch FROM timeout)::float8 AS timeout
@@ -174,3 +179,41 @@ SELECT state, task, args::text, attempt, worker, created_at, started_at, finishe
             h.result, h.error
      FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
 ) s ORDER BY rank LIMIT 1;
+
+-- name: queue_policies
+-- Each configured queue's dispatch policy (pgsched.configure_queue), durations in seconds.
+SELECT q.name AS queue, q.concurrency, q.key_concurrency, q.rate, q.key_rate,
+       EXTRACT(EPOCH FROM q.rate_period)::double precision AS rate_period_s,
+       EXTRACT(EPOCH FROM q.aging)::double precision AS aging_s, q.tenant_fairness, q.labels
+FROM pgsched.queues q
+WHERE q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL OR q.rate IS NOT NULL OR q.key_rate IS NOT NULL
+   OR q.aging IS NOT NULL OR q.tenant_fairness OR q.labels IS NOT NULL
+ORDER BY q.name;
+
+-- name: unserved_labels
+-- Due jobs (of unpaused queues) whose labels no live worker of their queue
+-- offers: they would wait silently. Grouped first, so the live-worker check
+-- runs once per (queue, labels); unlabelled jobs are not read (a partial index).
+WITH g AS (
+    SELECT j.queue, j.labels, pg_catalog.count(*) AS available,
+           EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(j.run_at))::double precision AS oldest_due_age_s
+    FROM pgsched.jobs j
+    WHERE j.state = 'available' AND j.labels <> '{}'
+    GROUP BY j.queue, j.labels
+)
+SELECT g.queue, g.labels, g.available, g.oldest_due_age_s,
+       ARRAY(SELECT w.name FROM pgsched.workers_live w
+             WHERE g.queue = ANY (w.queues) OR '*' = ANY (w.queues) ORDER BY w.name) AS queue_workers
+FROM g
+WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues q WHERE q.name = g.queue AND q.paused)
+  AND NOT EXISTS (SELECT 1 FROM pgsched.workers_live w
+                  WHERE (g.queue = ANY (w.queues) OR '*' = ANY (w.queues)) AND g.labels <@ w.labels)
+ORDER BY g.queue, g.labels;
+
+-- name: worker_pools
+-- Which live workers serve which labels: one row per distinct label set offered.
+SELECT w.labels, pg_catalog.array_agg(w.name ORDER BY w.name) AS workers,
+       pg_catalog.array_agg(DISTINCT q ORDER BY q) AS queues
+FROM pgsched.workers_live w, unnest(w.queues) q
+GROUP BY w.labels
+ORDER BY w.labels;

@@ -50,6 +50,7 @@ class JobSpec:
     service: bool = False  # a service job: runs until cancelled (pgsched.enqueue_service)
     depends_on: Sequence[int | JobSpec | Ref] = ()
     on_dependency_failure: str | None = None
+    concurrency_key: str | None = None  # what the queue's per-key limits count (docs/dispatch.md)
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
@@ -123,6 +124,7 @@ _OPTION_NAMES = frozenset(
         "service",
         "depends_on",
         "on_dependency_failure",
+        "concurrency_key",
     }
 )
 
@@ -257,10 +259,9 @@ class Task(Generic[P, R]):
 
     def using(self, **options: Any) -> BoundTask:
         """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant, timeout,
-        service."""
-        """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant,
-        depends_on (job ids or handles; in enqueue_many also JobSpecs or Refs of the same batch) and
-        on_dependency_failure ('cancel', the default, or 'wait'): see docs/dependencies.md."""
+        service, concurrency_key (docs/dispatch.md), depends_on (job ids or handles; in enqueue_many also
+        JobSpecs or Refs of the same batch) and on_dependency_failure ('cancel', the default, or 'wait'): see
+        docs/dependencies.md."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
@@ -269,7 +270,7 @@ class Task(Generic[P, R]):
         return BoundTask(self, options)
 
     def policy(self) -> dict[str, Any]:
-        """This task's retry policy as pgsched.register_tasks() takes it."""
+        """This task's retry policy and default labels as pgsched.register_tasks() takes them."""
         return {
             "name": self.name,
             "queue": self.queue,
@@ -278,6 +279,7 @@ class Task(Generic[P, R]):
             "backoff_max": self.retry_backoff_max,
             "backoff_jitter": self.retry_jitter,
             "timeout": self.timeout,
+            "labels": list(self.labels),  # the default labels of its jobs, for other languages too
         }
 
     def call_handler(self, ctx: JobContext) -> Any:

@@ -160,6 +160,8 @@ class Worker:
         self._next_maintain = 0.0
         self._next_rollup = 0.0
         self._last_claim = 0.0
+        self._rate_wait: float | None = None  # set when every queue is at its rate limit
+        self._next_rate_check = 0.0
         self.metrics = WorkerMetrics(
             name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
         )
@@ -340,6 +342,12 @@ class Worker:
             if opts.burst and claimed == 0 and not self._held and self._drained():
                 log.info("no due work left: stopping (--burst)")
                 break
+            if self._rate_wait is not None:
+                # Every queue is at its rate limit: no claim can start a job before
+                # then, so wake-ups are no reason to claim again.
+                wait, self._rate_wait = self._rate_wait, None
+                self._stopping.wait(wait)
+                continue
             self._wake.wait(opts.poll_interval)
 
     def _claim(self, n: int) -> int:
@@ -370,6 +378,8 @@ class Worker:
         jobs = self._claim_db.call(run)
         self.metrics.claim_seconds.observe(time.perf_counter() - started)
         self._queues.claimed(n, len(jobs))
+        if len(jobs) < n:
+            self._check_rate_limits()
         if not jobs:
             return 0
         contexts = [_context(job, self.name, outcome, timeout) for job, outcome, timeout in jobs]
@@ -380,6 +390,24 @@ class Worker:
         self.metrics.claimed_jobs([job for job, _, _ in jobs], opts.lease)
         self._executor.submit_many(contexts)
         return len(jobs)
+
+    def _check_rate_limits(self) -> None:
+        """After a short claim: if every queue is at its rate limit, sleep until the next start is allowed.
+
+        Asked at most once per poll interval while the answer is "no limit holds".
+        """
+        assert self._claim_db is not None
+        now = time.monotonic()
+        if now < self._next_rate_check:
+            return
+        names = self._queues.names if not self._queues.every else self._queues.current(self._claim_db.get())
+        row = self._claim_db.call(lambda c: c.execute(queries.NEXT_START, (names,)).fetchone())
+        wait = row[0] if row else None
+        if wait is None:
+            self._next_rate_check = now + self.options.poll_interval
+        else:
+            self._rate_wait = min(max(float(wait), 0.0), 60.0)
+            log.debug("every queue is at its rate limit: next start in %.3fs", self._rate_wait)
 
     def _drained(self) -> bool:
         """For --burst: promote what is due and check that nothing is claimable right now."""

@@ -37,6 +37,13 @@ CREATE TABLE pgsched.jobs (
     handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
     service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
+    concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
+    -- the row is written or its run_at/priority changes, never by a sweep:
+    -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending.
+    dispatch_group      text              NOT NULL DEFAULT '',  -- the tenant under tenant fairness, else ''
+    dispatch_rank       integer           NOT NULL DEFAULT 0,   -- -priority under strict priority, else 0
+    dispatch_at         timestamptz       NOT NULL DEFAULT pg_catalog.now(),  -- run_at, minus priority x aging
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -62,7 +69,8 @@ CREATE TABLE pgsched.jobs (
     CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
     CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0'),
     CONSTRAINT jobs_trace_context_valid CHECK (
-        pg_catalog.jsonb_typeof(trace_context) = 'object' AND pg_catalog.octet_length(trace_context::text) <= 8192)
+        pg_catalog.jsonb_typeof(trace_context) = 'object' AND pg_catalog.octet_length(trace_context::text) <= 8192),
+    CONSTRAINT jobs_concurrency_key_length CHECK (pg_catalog.length(concurrency_key) BETWEEN 1 AND 200)
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
     'Active jobs (scheduled, waiting, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
@@ -106,6 +114,7 @@ CREATE TABLE pgsched.job_history (
     finished_xid        xid8              DEFAULT pg_catalog.pg_current_xact_id(),
     service             boolean           NOT NULL DEFAULT false,
     claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
+    concurrency_key     text,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -152,6 +161,7 @@ CREATE TABLE pgsched.tasks (
     backoff_jitter real,
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     timeout        interval,
+    labels         text[],     -- default labels of the task's jobs (a worker pool); NULL: the queue's
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
     CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
@@ -160,16 +170,44 @@ CREATE TABLE pgsched.tasks (
 );
 COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
 
--- Queue controls: pause stops claims; backoff overrides the install default.
+-- Queue controls: pause stops claims; backoff overrides the install default;
+-- the dispatch policy (set with pgsched.configure_queue, docs/dispatch.md):
+-- limits, aging, tenant fairness and default labels. NULL: no such policy.
 CREATE TABLE pgsched.queues (
     name           text        PRIMARY KEY,
     paused         boolean     NOT NULL DEFAULT false,
     backoff_base   interval,
     backoff_max    interval,
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    concurrency     integer,   -- at most this many jobs leased at once, across workers
+    key_concurrency integer,   -- at most this many per concurrency_key
+    rate            integer,   -- at most this many starts per rate_period
+    key_rate        integer,   -- at most this many starts per rate_period per concurrency_key
+    rate_period     interval,
+    aging           interval,  -- a waiting job gains one priority step per aging; NULL: strict priority
+    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims take turns between tenants
+    labels          text[],    -- default labels of the queue's jobs (a worker pool)
     CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
-    CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base)
+    CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
+    CONSTRAINT queues_concurrency_range CHECK (concurrency BETWEEN 1 AND 1000000 AND key_concurrency BETWEEN 1 AND 1000000),
+    CONSTRAINT queues_rate_range CHECK (rate BETWEEN 1 AND 10000 AND key_rate BETWEEN 1 AND 10000),
+    CONSTRAINT queues_rate_period CHECK (
+        (rate_period IS NOT NULL) = (rate IS NOT NULL OR key_rate IS NOT NULL)
+        AND rate_period BETWEEN interval '1 millisecond' AND interval '1 day'),
+    CONSTRAINT queues_aging_range CHECK (aging BETWEEN interval '1 millisecond' AND interval '1 day')
 );
+
+-- Recent starts of rate-limited queues (rate_key '') and keys: the start
+-- times inside the last rate_period, oldest first, at most rate of them.
+-- Written only by claims (pgsched._claim_limited), under the queue's lock.
+CREATE TABLE pgsched.rate_windows (
+    queue    text          NOT NULL,
+    rate_key text          NOT NULL,
+    starts   timestamptz[] NOT NULL DEFAULT '{}',
+    CONSTRAINT rate_windows_pkey PRIMARY KEY (queue, rate_key)
+);
+COMMENT ON TABLE pgsched.rate_windows IS
+    'Start times within the last rate_period of each rate-limited queue ('''') and concurrency key; written by claims.';
 
 -- Live workers, for operators (workers_live) and for the "is anyone there" checks.
 CREATE TABLE pgsched.workers (

@@ -1,8 +1,9 @@
 -- pgsched: indexes. Partial indexes keep each path to its own small set of rows:
 -- claims never read scheduled or running rows, promotion never reads due ones.
 
--- Claim: due jobs of a queue in priority order.
-CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, priority DESC, run_at, id)
+-- Claim: due jobs of a queue in dispatch order (priority, or aged priority;
+-- by tenant under fairness: see tg_jobs__dispatch).
+CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, dispatch_group, dispatch_rank, dispatch_at, id)
     WHERE state = 'available';
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
@@ -11,6 +12,13 @@ CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
 -- no index, so they can be HOT updates.
 CREATE INDEX jobs_running_idx ON pgsched.jobs (leased_by)
     WHERE state = 'running';
+-- Leased jobs per queue and key: what concurrency limits count.
+CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
+    WHERE state = 'running';
+-- Due jobs that need labels: what the unserved-labels check reads (unlabelled
+-- jobs never enter it).
+CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
+    WHERE state = 'available' AND labels <> '{}';
 
 CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
 -- Recent history (queue_stats' last five minutes): rows arrive in finished_at

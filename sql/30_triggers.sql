@@ -36,3 +36,10 @@ CREATE OR REPLACE TRIGGER tg_schedules__before_write
 CREATE OR REPLACE TRIGGER tg_config__before_update
     BEFORE UPDATE ON pgsched.config
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_config__before_update();
+
+-- After the insert triggers (names fire in order): the claim order of a row
+-- from its queue's dispatch policy. UPDATE OF: claims, heartbeats and
+-- completions, which set none of these columns, never fire it.
+CREATE OR REPLACE TRIGGER tg_jobs__dispatch
+    BEFORE INSERT OR UPDATE OF run_at, priority, queue, tenant ON pgsched.jobs
+    FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch();

@@ -38,7 +38,7 @@ GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
 -- Only the columns a user chooses: id, shard, created_at, state, leases and
 -- schedule links come from the database (a named one is permission denied).
 GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant, timeout, service,
-              trace_context)
+              trace_context, concurrency_key)
     ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
@@ -54,7 +54,7 @@ GRANT EXECUTE ON FUNCTION
     -- code-defined schedules (@app.cron) only: see _check_schedule_write
     pgsched.upsert_schedule
     TO pgsched_worker;
-GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested TO pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested, pgsched.next_start TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
@@ -64,7 +64,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.c
     TO pgsched_worker;
 
 GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many,
-    pgsched.pause_queue, pgsched.resume_queue,
+    pgsched.pause_queue, pgsched.resume_queue, pgsched.configure_queue,
     pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule,
     pgsched.bind_tenant, pgsched.unbind_tenant
     TO pgsched_admin;

@@ -28,6 +28,8 @@
 \ir functions/_finish.sql
 \ir functions/_hold_shard.sql
 \ir functions/_key_holder.sql
+\ir functions/_key_room.sql
+\ir functions/_claim_limited.sql
 \ir functions/_put_back.sql
 \ir functions/_random_shard.sql
 \ir functions/_release.sql
@@ -43,6 +45,7 @@
 \ir functions/cancels_requested.sql
 \ir functions/claim.sql
 \ir functions/complete.sql
+\ir functions/configure_queue.sql
 \ir functions/enqueue.sql
 \ir functions/enqueue_command.sql
 \ir functions/enqueue_many.sql
@@ -53,6 +56,7 @@
 \ir functions/heartbeat.sql
 \ir functions/maintain.sql
 \ir functions/next_due.sql
+\ir functions/next_start.sql
 \ir functions/pause_queue.sql
 \ir functions/pause_schedule.sql
 \ir functions/promote_due.sql
@@ -74,6 +78,7 @@
 \ir functions/tg_config__before_update.sql
 \ir functions/start.sql
 \ir functions/tg_jobs__before_insert.sql
+\ir functions/tg_jobs__dispatch.sql
 \ir functions/tg_schedules__before_write.sql
 \ir functions/unbind_tenant.sql
 \ir functions/unregister_worker.sql

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bench.scenarios.audit import AuditScenario
 from bench.scenarios.base import Case, CaseEnv, RowSummary, Scenario
 from bench.scenarios.delayed import DelayedScenario
+from bench.scenarios.dispatch import DispatchScenario
 from bench.scenarios.drain import DrainScenario
 from bench.scenarios.enqueue import EnqueueScenario
 from bench.scenarios.fencing import FencingScenario
@@ -31,6 +32,7 @@ SCENARIOS: dict[str, Scenario] = {
         AuditScenario(),
         FencingScenario(),
         ShardingScenario(),
+        DispatchScenario(),
         SustainedScenario(),
     )
 }

@@ -202,6 +202,26 @@ def check_jobs(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list
     return checks
 
 
+def check_unserved_labels(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    """Due jobs whose labels no live worker of their queue offers: they would wait silently."""
+    from pgsched import queries
+
+    rows = conn.execute(queries.UNSERVED_LABELS).fetchall()
+    if not rows:
+        return Check("worker pools", OK, "every due job with labels has a live worker offering them")
+    described = "; ".join(
+        f"{r['available']} in {r['queue']} need {','.join(r['labels'])} "
+        f"(oldest waiting {float(r['oldest_due_age_s']):.0f}s)"
+        for r in rows[:5]
+    )
+    more = f" and {len(rows) - 5} more label sets" if len(rows) > 5 else ""
+    return Check(
+        "worker pools",
+        FAIL,
+        f"due jobs no live worker can take: {described}{more}; start a worker with --labels offering them",
+    )
+
+
 def check_processes(conn: psycopg.Connection[dict[str, Any]]) -> list[Check]:
     workers = conn.execute(
         "SELECT count(*) AS n, coalesce(sum(running), 0) AS running FROM pgsched.workers_live"
@@ -322,6 +342,7 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
         checks += check_horizon(conn, limits)
         checks.append(check_dead_tuples(conn, limits))
         checks += check_jobs(conn, limits)
+        checks.append(check_unserved_labels(conn))
         checks += check_processes(conn)
         checks += check_schedules(conn)
         checks.append(check_notify_queue(conn))

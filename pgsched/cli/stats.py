@@ -1,4 +1,4 @@
-"""`pgsched stats` and `pgsched queues`: depth, lag and rates per queue, live workers, pause and resume."""
+"""`pgsched stats` and `pgsched queues`: depth, lag and rates per queue, live workers, pause, resume, configure."""
 
 from __future__ import annotations
 
@@ -122,10 +122,14 @@ def snapshot(conn: Conn, since: timedelta | None = None, *, replica: bool = Fals
     """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now; with since, also each
     queue's totals over that window from pgsched.queue_history; with replica, also whether the server is a
     standby and how far behind it is (see pgsched.replica)."""
+    from pgsched import queries
+
     snap = {
         "at": datetime.now().astimezone(),
         "queues": conn.execute(QUEUE_STATS).fetchall(),
         "workers": conn.execute(WORKERS).fetchall(),
+        "policies": conn.execute(queries.QUEUE_POLICIES).fetchall(),
+        "unserved_labels": conn.execute(queries.UNSERVED_LABELS).fetchall(),
     }
     if since is not None:
         snap["since_s"] = since.total_seconds()
@@ -166,6 +170,30 @@ def _worker_cells(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _dispatch_parts(snap: dict[str, Any]) -> list[RenderableType]:
+    """The dispatch policies table, and a warning table for due jobs no live worker's labels can take."""
+    from pgsched.dispatch import describe
+
+    parts: list[RenderableType] = []
+    if snap.get("policies"):
+        rows = [{"queue": p["queue"], "dispatch policy": describe(p)} for p in snap["policies"]]
+        parts.append(build_table(rows, ["queue", "dispatch policy"], title="dispatch policies"))
+    if snap.get("unserved_labels"):
+        rows = [
+            {
+                "queue": u["queue"],
+                "labels": ",".join(u["labels"]),
+                "due jobs": u["available"],
+                "oldest due": format_seconds(u["oldest_due_age_s"]),
+                "workers of the queue": ",".join(u["queue_workers"]) or "(none)",
+            }
+            for u in snap["unserved_labels"]
+        ]
+        headings = ["queue", "labels", "due jobs", "oldest due", "workers of the queue"]
+        parts.append(build_table(rows, headings, title="UNSERVED: due jobs whose labels no live worker offers"))
+    return parts
+
+
 def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
     """Both tables (and a footer line) as one rich renderable."""
     from rich.console import Group
@@ -183,6 +211,7 @@ def render(snap: dict[str, Any], footer: str | None = None) -> RenderableType:
             parts.append(build_table(recent, list(RECENT_HEADINGS.values()), title="last 5 minutes"))
     else:
         parts.append(Text("no queues yet: nothing enqueued, nothing finished in the last 5 minutes"))
+    parts += _dispatch_parts(snap)
     if "history" in snap:
         title = f"last {format_seconds(snap['since_s'])} (pgsched.queue_history, per minute)"
         if snap["history"]:
@@ -349,12 +378,23 @@ def queues() -> None:
 @handle_errors
 def list_queues(ctx: click.Context, as_json: bool) -> None:
     """List queues that hold jobs, finished some in the last 5 minutes, or were paused."""
+    from pgsched import queries
+    from pgsched.dispatch import describe
+
     with state(ctx).connect() as conn:
         rows = conn.execute(QUEUE_STATS).fetchall()
+        policies = {p["queue"]: p for p in conn.execute(queries.QUEUE_POLICIES).fetchall()}
+    for name in policies.keys() - {r["queue"] for r in rows}:
+        rows.append({"queue": name})  # configured, nothing queued yet
+    rows.sort(key=lambda r: str(r["queue"]))
+    for r in rows:
+        p = policies.get(r["queue"])
+        r["policy"] = {k: v for k, v in p.items() if k != "queue"} if p else None
     if as_json:
         emit_json(rows)
     elif rows:
-        emit_table([_cells(r, NOW_HEADINGS) for r in rows], list(NOW_HEADINGS.values()))
+        cells = [{**_cells(r, NOW_HEADINGS), "dispatch policy": describe(r["policy"] or {})} for r in rows]
+        emit_table(cells, [*NOW_HEADINGS.values(), "dispatch policy"])
     else:
         click.echo("no queues yet")
 
@@ -386,6 +426,88 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
         emit_json({"queue": name, "paused": True})
     else:
         click.echo(f"queue {name} paused: workers stop claiming from it; enqueues still work")
+
+
+@queues.command("configure")
+@click.argument("name")
+@click.option("--concurrency", type=click.IntRange(1, 1_000_000), help="At most N jobs leased at once, across workers.")
+@click.option("--key-concurrency", type=click.IntRange(1, 1_000_000), help="At most N running per job concurrency_key.")
+@click.option("--rate", metavar="N/PERIOD", help="At most N starts per PERIOD (100/1s, 10/min, 5000/1h).")
+@click.option("--key-rate", metavar="N/PERIOD", help="At most N starts per PERIOD per concurrency_key.")
+@click.option("--aging", metavar="DURATION", help="A waiting job gains one priority step per DURATION (30s, 5m).")
+@click.option(
+    "--tenant-fairness/--no-tenant-fairness", default=None, help="Claims take turns between tenants with due jobs."
+)
+@click.option("--labels", metavar="A,B", help="Default labels of the queue's jobs (a worker pool).")
+@click.option(
+    "--clear",
+    "clear",
+    multiple=True,
+    type=click.Choice(["concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "all"]),
+    help="Remove a setting (repeatable); 'all' removes every one and turns fairness off.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the resulting settings as JSON.")
+@click.pass_context
+@handle_errors
+def configure_queue(
+    ctx: click.Context,
+    name: str,
+    concurrency: int | None,
+    key_concurrency: int | None,
+    rate: str | None,
+    key_rate: str | None,
+    aging: str | None,
+    tenant_fairness: bool | None,
+    labels: str | None,
+    clear: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Set the dispatch policy of queue NAME (docs/dispatch.md); options not given stay as they are.
+
+    \b
+      pgsched queues configure emails --concurrency 20 --rate 100/1s
+      pgsched queues configure reports --aging 5m --tenant-fairness
+      pgsched queues configure api --key-concurrency 2 --key-rate 10/1m
+      pgsched queues configure emails --clear rate
+    Every worker obeys at its next claim. Needs pgsched_admin.
+    """
+    from pgsched.dispatch import configure_queue as configure
+    from pgsched.dispatch import describe, parse_rate
+
+    period = None
+    rate_n = key_rate_n = None
+    try:
+        if rate is not None:
+            rate_n, period = parse_rate(rate, parse_duration)
+        if key_rate is not None:
+            key_rate_n, key_period = parse_rate(key_rate, parse_duration)
+            if period is not None and key_period != period:
+                raise click.BadParameter("--rate and --key-rate share one period", param_hint="--key-rate")
+            period = key_period
+        aging_td = parse_duration(aging) if aging is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    label_list = [x.strip() for x in labels.split(",")] if labels is not None else None
+    with state(ctx).connect() as conn:
+        settings = configure(
+            conn,
+            name,
+            concurrency=concurrency,
+            key_concurrency=key_concurrency,
+            rate=rate_n,
+            key_rate=key_rate_n,
+            rate_period=period,
+            aging=aging_td,
+            tenant_fairness=tenant_fairness,
+            labels=label_list,
+            clear=clear,
+        )
+    if as_json:
+        emit_json(settings)
+        return
+    click.echo(f"queue {name}: {describe(settings)}")
+    if settings.get("restamped"):
+        click.echo(f"{settings['restamped']} waiting jobs took their new place in the claim order")
 
 
 @queues.command("resume")

@@ -232,6 +232,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             Column("host"),
             Column("pid", "num"),
             Column("queues"),
+            Column("labels"),
             Column("running", "num"),
             Column("claimed", "num"),
             Column("last seen", "num"),
@@ -244,6 +245,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
                 w["host"],
                 w["pid"],
                 ", ".join(w["queues"] or []),
+                ", ".join(w["labels"] or []),
                 f"{w['running']}/{w['concurrency']}" if w["concurrency"] is not None else w["running"],
                 w["claimed"],
                 f"{duration(w['seen_s_ago'])} ago",
@@ -259,6 +261,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
         '<h1>Overview</h1>{toolbar}<div class="grid">{grid}</div>{charts}'
         "<h2>Queues</h2>{queues}"
         "<h2>Workers</h2>{workers}"
+        "{dispatch}"
         "<h2>Scanners and the shards they own</h2>{scanners}",
         toolbar=_refresh_links(view, refresh),
         grid=grid,
@@ -269,7 +272,44 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             empty="No queues yet: nothing enqueued, nothing finished in the last 5 minutes.",
         ),
         workers=workers,
+        dispatch=_dispatch(data),
         scanners=scanners,
+    )
+
+
+def _dispatch(data: Mapping[str, Any]) -> Safe:
+    """Dispatch policies per queue, worker pools (labels -> live workers), and due jobs no pool can take."""
+    from pgsched.dispatch import describe
+
+    policies = table(
+        (Column("queue"), Column("dispatch policy")),
+        ([_queue_link(p["queue"]), describe(p)] for p in data.get("policies", [])),
+        empty="No queue has a dispatch policy: strict priority, no limits (pgsched queues configure).",
+    )
+    pools = table(
+        (Column("labels offered"), Column("live workers"), Column("queues")),
+        (
+            [", ".join(p["labels"] or []) or _muted("(none)"), ", ".join(p["workers"]), ", ".join(p["queues"])]
+            for p in data.get("pools", [])
+        ),
+        empty="No live workers.",
+    )
+    unserved = data.get("unserved_labels", [])
+    warning = table(
+        (Column("queue"), Column("labels needed"), Column("due jobs", "num"), Column("oldest due", "num")),
+        (
+            [_queue_link(u["queue"]), ", ".join(u["labels"]), number(u["available"]), _age(u["oldest_due_age_s"])]
+            for u in unserved
+        ),
+        empty="",
+    )
+    return fmt(
+        "<h2>Dispatch policies</h2>{policies}<h2>Worker pools</h2>{pools}{unserved}",
+        policies=policies,
+        pools=pools,
+        unserved=fmt('<h3 class="bad">Due jobs whose labels no live worker offers</h3>{t}', t=warning)
+        if unserved
+        else "",
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any, Final, LiteralString
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from pgsched import queries
 from pgsched.metrics import QueueSnapshot, read_snapshot_async
 from pgsched.replica import replica_state_async
 
@@ -307,6 +308,9 @@ class Store:
             "scanners": await self.rows(SCANNERS),
             "shard_leases": await self.rows(SHARD_LEASES),
             "replica": await self.replica(),
+            "policies": await self.rows(queries.QUEUE_POLICIES),
+            "pools": await self.rows(queries.WORKER_POOLS),
+            "unserved_labels": await self.rows(queries.UNSERVED_LABELS),
         }
 
     async def queue(self, queue: str, *, state: str | None, before: int | None, limit: int) -> dict[str, Any]:

@@ -11,9 +11,13 @@
 -- Shards are visited one statement each, starting at start_shard (workers
 -- rotate it), so concurrent claimers spread over partitions instead of
 -- fighting for the same rows; within a shard, each queue is one index scan
--- in (priority DESC, run_at, id) order that stops after n rows, whatever the
--- backlog. Queues take turns by the same rotation. Priority orders jobs
--- within a shard and queue; across shards it holds within one rotation.
+-- in dispatch order (priority DESC, run_at, id; or aged priority, see
+-- tg_jobs__dispatch) that stops after n rows, whatever the backlog. Queues
+-- take turns by the same rotation. Priority orders jobs within a shard and
+-- queue; across shards it holds within one rotation.
+--
+-- A queue with a dispatch policy (concurrency or rate limits, tenant
+-- fairness) is claimed by _claim_limited, one claimer at a time.
 --
 -- With start_shard NULL, each queue is instead one statement over all shards
 -- at once (a merge of every shard's index, strict priority across shards):
@@ -49,6 +53,7 @@ DECLARE
     v_shard smallint;
     v_queue text;
     v_nq integer;
+    v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
     v_scope text := pgsched._tenant_scope();
 BEGIN
@@ -61,6 +66,27 @@ BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
     IF v_queues IS NULL THEN
         RETURN;
+    END IF;
+    -- Queues with a dispatch policy (limits, fairness) take their own path,
+    -- in name order: their locks are always taken in one order (no deadlock).
+    SELECT pg_catalog.array_agg(pq.name ORDER BY pq.name) INTO v_limited FROM pgsched.queues pq
+    WHERE pq.name = ANY (v_queues)
+      AND (pq.concurrency IS NOT NULL OR pq.key_concurrency IS NOT NULL OR pq.rate IS NOT NULL
+           OR pq.key_rate IS NOT NULL OR pq.tenant_fairness);
+    IF v_limited IS NOT NULL THEN
+        FOREACH v_queue IN ARRAY v_limited LOOP
+            RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
+                                                              claim.labels, v_scope, v_now, v_audit);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            IF v_left <= 0 THEN
+                RETURN;
+            END IF;
+        END LOOP;
+        SELECT pg_catalog.array_agg(q) INTO v_queues FROM unnest(v_queues) q WHERE q <> ALL (v_limited);
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
     END IF;
 
     v_nq := pg_catalog.cardinality(v_queues);
@@ -76,7 +102,7 @@ BEGIN
                   AND j.queue = v_queue
                   AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
                   AND (v_scope IS NULL OR j.tenant = v_scope)
-                ORDER BY j.priority DESC, j.run_at, j.id
+                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
                 LIMIT v_left
                 FOR UPDATE SKIP LOCKED
             ), leased AS (
@@ -116,7 +142,7 @@ BEGIN
               -- the first arm keeps the row estimate right (most jobs need no labels)
               AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
               AND (v_scope IS NULL OR j.tenant = v_scope)
-            ORDER BY j.priority DESC, j.run_at, j.id
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
         ), leased AS (

@@ -10,6 +10,8 @@
 -- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
 -- a dependency ending dead or cancelled does to it (see _depend).
 -- trace_context: the caller's trace propagation headers (see docs/otel.md).
+-- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
+-- count (docs/dispatch.md).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts as a trusted writer
@@ -27,7 +29,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue(
     timeout         interval    DEFAULT NULL,
     depends_on      bigint[]    DEFAULT NULL,
     on_dependency_failure text  DEFAULT 'cancel',
-    trace_context   jsonb       DEFAULT NULL
+    trace_context   jsonb       DEFAULT NULL,
+    concurrency_key text        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -86,12 +89,12 @@ BEGIN
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
-         timeout, trace_context)
+         timeout, trace_context, concurrency_key)
     VALUES (v_id, v_shard,
             CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
             enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant, enqueue.timeout,
-            enqueue.trace_context);
+            enqueue.trace_context, enqueue.concurrency_key);
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
     IF v_waits THEN

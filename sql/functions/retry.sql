@@ -51,9 +51,11 @@ BEGIN
 
     -- The primary key (id, shard) makes a concurrent second redrive a no-op.
     INSERT INTO pgsched.jobs AS j
-        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service)
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
+         concurrency_key)
     VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
-            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service)
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
+            v_last.concurrency_key)
     ON CONFLICT DO NOTHING
     RETURNING j.id INTO v_id;
     IF v_id IS NULL THEN

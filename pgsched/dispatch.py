@@ -1,0 +1,104 @@
+"""Dispatch policies of queues (docs/dispatch.md): setting them through pgsched.configure_queue, describing them.
+
+The policy itself lives in the database (``pgsched.queues``) and is enforced
+by ``pgsched.claim()``; this module only writes and reads it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+import psycopg
+
+CLEARABLE: Final = ("concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "all")
+
+CONFIGURE: Final = """
+SELECT pgsched.configure_queue(
+    %(name)s::text, concurrency => %(concurrency)s::integer, rate => %(rate)s::integer,
+    rate_period => %(rate_period)s::interval, aging => %(aging)s::interval,
+    tenant_fairness => %(tenant_fairness)s::boolean, key_concurrency => %(key_concurrency)s::integer,
+    key_rate => %(key_rate)s::integer, labels => %(labels)s::text[], p_clear => %(clear)s::text[]) AS settings
+"""
+
+_RATE: Final = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
+_PERIOD_WORDS: Final = {"s": "1s", "sec": "1s", "second": "1s", "m": "1m", "min": "1m", "minute": "1m",
+                        "h": "1h", "hour": "1h", "d": "1d", "day": "1d"}  # fmt: skip
+
+
+def parse_rate(text: str, parse_duration: Any) -> tuple[int, timedelta]:
+    """'100/1s', '10/min', '5000/1h' as (starts, period)."""
+    found = _RATE.match(text)
+    if not found:
+        raise ValueError(f"{text!r} is not a rate: use N/PERIOD, e.g. 100/1s, 10/min, 5000/1h")
+    period_text = _PERIOD_WORDS.get(found.group(2).lower(), found.group(2))
+    period = parse_duration(period_text)
+    if not isinstance(period, timedelta) or period <= timedelta(0):
+        raise ValueError(f"{text!r}: the period must be longer than 0")
+    return int(found.group(1)), period
+
+
+def configure_queue(
+    conn: psycopg.Connection[Any],
+    name: str,
+    *,
+    concurrency: int | None = None,
+    key_concurrency: int | None = None,
+    rate: int | None = None,
+    key_rate: int | None = None,
+    rate_period: timedelta | None = None,
+    aging: timedelta | None = None,
+    tenant_fairness: bool | None = None,
+    labels: Sequence[str] | None = None,
+    clear: Sequence[str] = (),
+) -> dict[str, Any]:
+    """pgsched.configure_queue(): None leaves a setting as it is, ``clear`` removes settings; returns them all."""
+    params = {
+        "name": name,
+        "concurrency": concurrency,
+        "key_concurrency": key_concurrency,
+        "rate": rate,
+        "key_rate": key_rate,
+        "rate_period": rate_period,
+        "aging": aging,
+        "tenant_fairness": tenant_fairness,
+        "labels": list(labels) if labels is not None else None,
+        "clear": list(clear) or None,
+    }
+    row = conn.execute(CONFIGURE, params).fetchone()
+    assert row is not None
+    settings = row["settings"] if isinstance(row, Mapping) else row[0]
+    return dict(settings)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    value = float(value)
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
+        if value >= size and value % size == 0:
+            return f"{int(value // size)}{unit}"
+    return f"{round(value * 1000)}ms" if value < 1 else f"{value:g}s"
+
+
+def describe(policy: Mapping[str, Any]) -> str:
+    """One line for people: 'concurrency 5, 2 per key, rate 10/1s, aging 30s, tenant fairness, labels gpu'."""
+    parts = []
+    if policy.get("concurrency") is not None:
+        parts.append(f"concurrency {policy['concurrency']}")
+    if policy.get("key_concurrency") is not None:
+        parts.append(f"{policy['key_concurrency']} running per key")
+    period = _seconds(policy.get("rate_period_s"))
+    if policy.get("rate") is not None:
+        parts.append(f"rate {policy['rate']}/{period}")
+    if policy.get("key_rate") is not None:
+        parts.append(f"{policy['key_rate']}/{period} per key")
+    if policy.get("aging_s") is not None:
+        parts.append(f"aging {_seconds(policy['aging_s'])}")
+    if policy.get("tenant_fairness"):
+        parts.append("tenant fairness")
+    if policy.get("labels"):
+        parts.append("labels " + ",".join(policy["labels"]))
+    return ", ".join(parts) or "strict priority, no limits"

@@ -1,0 +1,40 @@
+-- tg_jobs__dispatch
+-- contract: stamps a job's place in the claim order from its queue's policy
+-- whenever the row is written or its run_at, priority, queue or tenant
+-- changes (never by a sweep of waiting rows): dispatch_at = run_at under
+-- strict priority (dispatch_rank = -priority), or run_at - priority x aging
+-- under aging (dispatch_rank = 0), so a job due at run_at with priority p
+-- passes a job of priority q due (q - p) x aging later: one priority step per
+-- aging interval waited, fixed once, read by one index scan. Under tenant
+-- fairness dispatch_group is the tenant, so claims can take turns between
+-- tenants (see _claim_limited). A new job without labels gets its task's
+-- default labels, else its queue's (worker pools, docs/dispatch.md).
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__dispatch()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_aging interval;
+    v_fair boolean;
+    v_labels text[];
+    v_task_labels text[];
+BEGIN
+    SELECT q.aging, q.tenant_fairness, q.labels INTO v_aging, v_fair, v_labels
+    FROM pgsched.queues q WHERE q.name = NEW.queue;
+    IF TG_OP = 'INSERT' AND NEW.labels = '{}' THEN
+        SELECT t.labels INTO v_task_labels FROM pgsched.tasks t WHERE t.name = NEW.task;
+        NEW.labels := coalesce(v_task_labels, v_labels, '{}');
+    END IF;
+    NEW.dispatch_group := CASE WHEN v_fair THEN coalesce(NEW.tenant, '') ELSE '' END;
+    IF v_aging IS NULL THEN
+        NEW.dispatch_rank := -NEW.priority;
+        NEW.dispatch_at := NEW.run_at;
+    ELSE
+        -- |priority| <= 1e6 and aging <= 1 day: at most 2738 years either way.
+        NEW.dispatch_rank := 0;
+        NEW.dispatch_at := NEW.run_at - NEW.priority * v_aging;
+    END IF;
+    RETURN NEW;
+END
+$$;
