@@ -40,7 +40,8 @@ SELECT pgsched.enqueue(
     task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
     run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
     priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
-    labels => %(labels)s::text[], tenant => %(tenant)s::text) AS id
+    labels => %(labels)s::text[], tenant => %(tenant)s::text,
+    depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text) AS id
 """
 
 # One row per job, newest id first: the active row when there is one, else
@@ -194,6 +195,20 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
 )
 @click.option("--labels", default=None, help="Comma-separated labels a worker must offer to run the job.")
 @click.option("--tenant", default=None, help="Tenant the job belongs to.")
+@click.option(
+    "--depends-on",
+    "depends_on",
+    type=click.IntRange(1),
+    multiple=True,
+    help="A job id this job waits for (repeatable): it runs once every one completed.",
+)
+@click.option(
+    "--on-dependency-failure",
+    type=click.Choice(["cancel", "wait"]),
+    default=None,
+    help="A dependency ending dead or cancelled cancels this job, or leaves it waiting for a redrive.  "
+    "[default: cancel]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job (id, queue, state, run_at) as JSON.")
 @click.pass_context
 @handle_errors
@@ -209,6 +224,8 @@ def enqueue(
     max_attempts: int | None,
     labels: str | None,
     tenant: str | None,
+    depends_on: tuple[int, ...],
+    on_dependency_failure: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue a job of TASK with ARGS_JSON, a JSON object (default {}; '-' reads it from stdin).
@@ -221,6 +238,7 @@ def enqueue(
       pgsched enqueue app.send_welcome '{"user_id": 42}' --queue emails
       pgsched enqueue reports.build --delay 5m --idempotency-key report-2030-01-31
       echo '{"n": 1}' | pgsched enqueue app.count - --run-at 2030-01-31T09:00:00Z
+      pgsched enqueue reports.merge --depends-on 41 --depends-on 42
     """
     if delay is not None and run_at is not None:
         raise click.UsageError("pass either --delay or --run-at, not both", ctx=ctx)
@@ -235,6 +253,8 @@ def enqueue(
         "max_attempts": max_attempts,
         "labels": split_csv(labels),
         "tenant": tenant,
+        "depends_on": list(depends_on) or None,
+        "on_failure": on_dependency_failure,
     }
     with state(ctx).connect() as conn:
         row = conn.execute(ENQUEUE, params).fetchone()

@@ -98,6 +98,12 @@ BEGIN
     END IF;
 
     IF v_outside IS NOT NULL THEN
+        -- A redrive (retry) of a dead or cancelled dependency waits for this
+        -- transaction (it takes the same lock, exclusively), so a dependency
+        -- read from the history below cannot come back and complete unseen.
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(o.id))
+        FROM unnest(v_outside) AS o(id)
+        ORDER BY o.id;
         -- Active dependencies, held until commit so none finishes unseen.
         SELECT pg_catalog.array_agg(s.id) INTO v_active
         FROM (SELECT j.id FROM pgsched.jobs j

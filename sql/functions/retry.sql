@@ -34,6 +34,8 @@ BEGIN
         END;
     END IF;
 
+    -- An enqueue that is making a job depend on this one finishes first (see _depend).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(retry.job_id));
     IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
         RETURN 'active';
     END IF;

@@ -12,9 +12,15 @@ EMBEDDED_NOTE = "even when --dsn, PGSCHED_DSN or DATABASE_URL point elsewhere"
 @pytest.mark.parametrize(
     ("command", "phrases"),
     [
-        (["enqueue"], ["TASK [ARGS_JSON]", "--delay DURATION", "--run-at ISO8601", "--idempotency-key", "--json"]),
+        (
+            ["enqueue"],
+            ["TASK [ARGS_JSON]", "--delay DURATION", "--run-at ISO8601", "--idempotency-key", "--depends-on", "--json"],
+        ),
         (["jobs"], ["list", "show", "cancel", "retry"]),
-        (["jobs", "list"], ["--state [scheduled|available|running|completed|dead|cancelled]", "--limit", "--json"]),
+        (
+            ["jobs", "list"],
+            ["--state [scheduled|waiting|available|running|completed|dead|cancelled]", "--limit", "--json"],
+        ),
         (["jobs", "show"], ["ID", "audit events", "--json"]),
         (["jobs", "cancel"], ["cancel_requested", "not_found", "--json"]),
         (["jobs", "retry"], ["not_retryable", "--json"]),

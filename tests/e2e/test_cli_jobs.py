@@ -180,12 +180,9 @@ def test_ids_are_required_and_numeric(dsn: str, args: list[str]) -> None:
 def test_waiting_jobs_are_listed_counted_and_cancelled(dsn: str) -> None:
     with connect(dsn) as conn:
         first = enqueue(conn, "t.first", queue="qw")
-        after = int(
-            conn.execute(
-                "SELECT pgsched.enqueue('t.after', queue => 'qw', depends_on => ARRAY[%s]) AS id", [first]
-            ).fetchone()["id"]
-        )
     cli = Cli(dsn)
+    after = cli.json("enqueue", "t.after", "--queue", "qw", "--depends-on", str(first))["id"]
+    assert cli.json("jobs", "show", str(after))["job"]["state"] == "waiting"
     assert [(r["id"], r["state"]) for r in cli.json("jobs", "list", "--state", "waiting")] == [(after, "waiting")]
     (qw,) = [q for q in cli.json("stats")["queues"] if q["queue"] == "qw"]
     assert (qw["waiting"], qw["available"]) == (1, 1)

@@ -252,3 +252,26 @@ def test_a_job_that_waits_stops_the_cancellation_and_keeps_its_own_dependents(co
     assert cancel(conn, w) == "cancelled"  # giving up on the one that waits takes its dependents along
     assert [h["error"] for h in history(conn, k)] == [f"dependency {w} cancelled"]
     assert edges(conn) == []
+
+
+def test_a_redrive_waits_for_an_enqueue_that_depends_on_the_dead_job(conn: Conn, dsn: str) -> None:
+    """Else the redriven job could complete before the new dependency row is visible, stranding it."""
+    a = enqueue(conn, "a", max_attempts=1)
+    assert fail(conn, *pair(claim_one(conn))) == "dead"
+    with psycopg.connect(dsn, row_factory=dict_row) as other:
+        w = enqueue(other, "w", depends_on=[a], on_dependency_failure="wait")  # not committed yet
+        done = threading.Event()
+
+        def redrive() -> None:
+            with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as third:
+                assert retry(third, a) == "retried"
+            done.set()
+
+        t = threading.Thread(target=redrive)
+        t.start()
+        assert not done.wait(0.5)  # waits for the enqueue
+        other.commit()
+        assert done.wait(30)
+        t.join(30)
+    run(conn, a)
+    assert state(conn, w) == "available"
