@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from pgsched.task import JobSpec
 
 SYSTEM: Final = "pgsched"
-# The bound of CHECK jobs_trace_context_valid: a larger carrier keeps only traceparent and tracestate.
+# The bound of CHECK jobs_trace_context_valid: a larger carrier keeps only traceparent and tracestate
+# (and none at all if even those do not fit).
 MAX_CONTEXT_BYTES: Final = 8192
 _KEPT_WHEN_LARGE: Final = ("traceparent", "tracestate")
 # A batch span lists its job ids up to this many (its message count is always there).
@@ -72,7 +73,8 @@ def current_context() -> str | None:
     text = json.dumps(carrier, separators=(",", ":"))
     if len(text.encode()) > MAX_CONTEXT_BYTES:
         text = json.dumps({k: v for k, v in carrier.items() if k in _KEPT_WHEN_LARGE}, separators=(",", ":"))
-    return text
+    # Tracing never refuses an enqueue: headers that still do not fit are left out.
+    return text if len(text.encode()) <= MAX_CONTEXT_BYTES else None
 
 
 class Enqueue:

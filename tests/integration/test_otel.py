@@ -295,3 +295,34 @@ def test_without_opentelemetry_installed_nothing_of_it_runs(dsn: str, tmp_path: 
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=240)
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == "ok"
+
+
+def test_baggage_travels_with_the_job_until_the_headers_outgrow_the_column(
+    app: App, conn: Conn, provider: TracerProvider, spans: InMemorySpanExporter
+) -> None:
+    from opentelemetry import baggage, context
+
+    task = app.task(name="otel.bag")(ok)
+    tracer = provider.get_tracer("test")
+    token = context.attach(baggage.set_baggage("user", "42"))
+    try:
+        with tracer.start_as_current_span("request"):
+            small = task.enqueue(1)
+    finally:
+        context.detach(token)
+    large_ctx = context.get_current()
+    for n in range(3):
+        large_ctx = baggage.set_baggage(f"k{n}", "v" * 2700, context=large_ctx)
+    token = context.attach(large_ctx)
+    try:
+        with tracer.start_as_current_span("request"):
+            large = task.enqueue(2)  # never refused for its headers
+    finally:
+        context.detach(token)
+    rows = {
+        r["id"]: r["trace_context"]
+        for r in conn.execute("SELECT id, trace_context FROM pgsched.jobs WHERE id = ANY(%s)", [[small, large]])
+    }
+    assert rows[small]["baggage"] == "user=42"
+    assert set(rows[small]) == {"traceparent", "baggage"}
+    assert set(rows[large]) == {"traceparent"}  # the baggage alone made them too large: the trace is kept
