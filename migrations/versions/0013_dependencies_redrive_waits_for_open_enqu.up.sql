@@ -1,0 +1,252 @@
+-- 0013: dependencies: redrive waits for open enqueues
+
+-- functions/_depend.sql
+-- _depend
+-- contract: gives the just-inserted waiting jobs p_ids (on p_shards) their
+-- dependencies: p_deps[i] is a JSON array of job ids, and in a batch also of
+-- references to earlier rows of it as negative 1-based positions (-1: the
+-- first row); p_policies[i] ('cancel', the default, or 'wait') says what a
+-- dead or cancelled dependency does to job i. A dependency still active is
+-- held (FOR KEY SHARE: it cannot finish before this transaction commits)
+-- and becomes a row of pgsched.job_dependencies; one that completed
+-- (history) is met; one dead or cancelled applies the policy at once
+-- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive).
+-- A job with nothing left to wait for is made due (_release). A bad
+-- element, a reference to the row itself or a later one, or an id this
+-- session cannot see (another tenant's, or none) raises naming the row
+-- (p_batch) and the value; the caller's insert is rolled back with it.
+CREATE OR REPLACE FUNCTION pgsched._depend(
+    p_ids      bigint[],
+    p_shards   smallint[],
+    p_deps     jsonb[],
+    p_policies text[],
+    p_now      timestamptz,
+    p_batch    boolean DEFAULT true
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_bad record;
+    v_row text := '';
+    v_ords bigint[];
+    v_jobs bigint[];
+    v_job_shards smallint[];
+    v_on_failure text[];
+    v_on bigint[];
+    v_active bigint[];
+    v_failed bigint[];
+    v_failed_states text[];
+    v_outside bigint[];
+    v_met bigint[];
+    v_job pgsched.jobs;
+BEGIN
+    SELECT u.ord, u.deps, u.policy, e.v,
+           CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait') THEN 'policy'
+                WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' THEN 'shape'
+                WHEN pg_catalog.jsonb_typeof(e.v) <> 'number' OR e.v::numeric <> pg_catalog.trunc(e.v::numeric)
+                     OR e.v::numeric = 0 OR e.v::numeric > 9223372036854775807 THEN 'element'
+                WHEN e.v::numeric < 0 AND (NOT p_batch OR -e.v::numeric >= u.ord) THEN 'reference'
+           END AS problem
+    INTO v_bad
+    FROM unnest(p_deps, p_policies) WITH ORDINALITY AS u(deps, policy, ord)
+    LEFT JOIN LATERAL pg_catalog.jsonb_array_elements(
+        CASE WHEN pg_catalog.jsonb_typeof(u.deps) = 'array' THEN u.deps END) AS e(v) ON true
+    WHERE (u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait'))
+       OR pg_catalog.jsonb_typeof(u.deps) <> 'array'
+       OR pg_catalog.jsonb_typeof(e.v) <> 'number'
+       OR e.v::numeric <> pg_catalog.trunc(e.v::numeric) OR e.v::numeric = 0
+       OR e.v::numeric > 9223372036854775807
+       OR (e.v::numeric < 0 AND (NOT p_batch OR -e.v::numeric >= u.ord))
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        IF p_batch THEN
+            v_row := pg_catalog.format('row %s of the batch: ', v_bad.ord);
+        END IF;
+        IF v_bad.problem = 'policy' THEN
+            RAISE EXCEPTION 'pgsched: %on_dependency_failure must be ''cancel'' or ''wait'', not %',
+                    v_row, pgsched._shown(v_bad.policy)
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'on_dependency_failure';
+        ELSIF v_bad.problem = 'reference' AND p_batch THEN
+            RAISE EXCEPTION 'pgsched: %depends_on % refers to row %, which does not come before it: a batch''s references point back (-1 is its first row)',
+                    v_row, v_bad.v, -v_bad.v::numeric
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+        ELSIF v_bad.problem = 'reference' THEN
+            RAISE EXCEPTION 'pgsched: depends_on %: no such job (job ids are positive)', v_bad.v
+                USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on';
+        END IF;
+        RAISE EXCEPTION 'pgsched: %depends_on must be a JSON array of job ids%, not %', v_row,
+                CASE WHEN p_batch THEN ' (or -n for the n-th row of the batch)' ELSE '' END,
+                pgsched._shown(v_bad.deps::text)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+    END IF;
+
+    -- One edge per (job, dependency), references resolved to the ids drawn.
+    -- A reference to a row this call inserted (it has a shard) is active by
+    -- construction, and no one else sees it yet: only the others are looked up.
+    SELECT pg_catalog.array_agg(x.ord ORDER BY x.job, x.dep), pg_catalog.array_agg(x.job ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(x.shard ORDER BY x.job, x.dep), pg_catalog.array_agg(x.policy ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(x.dep ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(DISTINCT x.dep) FILTER (WHERE NOT x.internal)
+    INTO v_ords, v_jobs, v_job_shards, v_on_failure, v_on, v_outside
+    FROM (SELECT DISTINCT u.ord, u.id AS job, u.shard, coalesce(u.policy, 'cancel') AS policy,
+                 CASE WHEN e.v::numeric > 0 THEN e.v::numeric::bigint ELSE p_ids[(-e.v::numeric)::integer] END AS dep,
+                 e.v::numeric < 0 AND p_shards[(-e.v::numeric)::integer] IS NOT NULL AS internal
+          FROM unnest(p_ids, p_shards, p_deps, p_policies) WITH ORDINALITY AS u(id, shard, deps, policy, ord)
+          CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(u.deps) AS e(v)) x;
+    IF v_jobs IS NULL THEN
+        RETURN;
+    END IF;
+
+    IF v_outside IS NOT NULL THEN
+        -- A redrive (retry) of a dead or cancelled dependency waits for this
+        -- transaction (it takes the same lock, exclusively), so a dependency
+        -- read from the history below cannot come back and complete unseen.
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(o.id))
+        FROM unnest(v_outside) AS o(id)
+        ORDER BY o.id;
+        -- Active dependencies, held until commit so none finishes unseen.
+        SELECT pg_catalog.array_agg(s.id) INTO v_active
+        FROM (SELECT j.id FROM pgsched.jobs j
+              WHERE j.id = ANY (v_outside) AND pgsched._tenant_visible(j.tenant)
+              ORDER BY j.id
+              FOR KEY SHARE OF j) s;
+        -- The others, from history (a new snapshot: one that finished while
+        -- we waited for its row is there). The latest outcome counts.
+        SELECT pg_catalog.array_agg(h.id) FILTER (WHERE h.state <> 'completed'),
+               pg_catalog.array_agg(h.state::text) FILTER (WHERE h.state <> 'completed'),
+               pg_catalog.array_agg(h.id) FILTER (WHERE h.state = 'completed')
+        INTO v_failed, v_failed_states, v_met
+        FROM (SELECT DISTINCT ON (h.id) h.id, h.state
+              FROM pgsched.job_history h
+              WHERE h.id = ANY (ARRAY(SELECT o.id FROM unnest(v_outside) AS o(id)
+                                      WHERE NOT EXISTS (SELECT 1 FROM unnest(v_active) AS a(id) WHERE a.id = o.id)))
+                AND pgsched._tenant_visible(h.tenant)
+              ORDER BY h.id, h.finished_at DESC) h;
+
+        SELECT e.ord, e.dep INTO v_bad
+        FROM unnest(v_ords, v_on) AS e(ord, dep)
+        WHERE e.dep = ANY (v_outside)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_active) AS a(id) WHERE a.id = e.dep)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+        ORDER BY e.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: %depends_on %: no such job',
+                    CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END, v_bad.dep
+                USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on',
+                      HINT = 'A job can depend on jobs this session can see, active or in the history.';
+        END IF;
+    END IF;
+
+    -- Rows for every dependency not met: active ones, and failed ones a job waits out.
+    INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
+    SELECT e.dep, e.job, e.shard, e.policy
+    FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+      AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep));
+
+    -- A dependency already dead or cancelled: the policy, at once.
+    FOR v_bad IN
+        SELECT DISTINCT ON (e.job) e.job, e.shard, f.id AS dep, f.state
+        FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+        JOIN unnest(v_failed, v_failed_states) AS f(id, state) ON f.id = e.dep
+        WHERE e.policy = 'cancel'
+        ORDER BY e.job, f.id
+    LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_bad.job AND j.shard = v_bad.shard AND j.state = 'waiting'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', p_now, pg_catalog.format('dependency %s %s', v_bad.dep, v_bad.state));
+        END IF;
+    END LOOP;
+
+    PERFORM pgsched._release(ARRAY(SELECT DISTINCT pg_catalog.unnest(v_jobs) ORDER BY 1),
+                             ARRAY(SELECT s FROM (SELECT DISTINCT ON (e.job) e.job, e.shard AS s
+                                                  FROM unnest(v_jobs, v_job_shards) AS e(job, shard)
+                                                  ORDER BY e.job) t), p_now);
+END
+$$;
+
+
+-- functions/retry.sql
+-- retry
+-- contract: re-enqueues (redrives) a dead or cancelled job under its own id,
+-- due now, with a fresh attempt budget (the task's max_attempts, else the
+-- install default) on top of the attempts it used: the attempt counter keeps
+-- growing across redrives. Its history rows stay. Returns
+-- 'retried', 'active' (the job is queued or running already),
+-- 'not_retryable' (it completed) or 'not_found' (also for a job of another
+-- tenant when the session is confined to one, see _check_tenant).
+CREATE OR REPLACE FUNCTION pgsched.retry(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_last pgsched.job_history;
+    v_id bigint;
+    v_tenant text;
+BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = retry.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = retry.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
+    -- An enqueue that is making a job depend on this one finishes first (see _depend).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(retry.job_id));
+    IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
+        RETURN 'active';
+    END IF;
+    SELECT * INTO v_last
+    FROM pgsched.job_history h
+    WHERE h.id = retry.job_id
+    ORDER BY h.finished_at DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_last.state = 'completed' THEN
+        RETURN 'not_retryable';
+    END IF;
+
+    -- The primary key (id, shard) makes a concurrent second redrive a no-op.
+    INSERT INTO pgsched.jobs AS j
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
+         concurrency_key)
+    VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
+            v_last.concurrency_key)
+    ON CONFLICT DO NOTHING
+    RETURNING j.id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN 'active';
+    END IF;
+    -- The insert trigger starts every job at attempt 0; carry the count on.
+    UPDATE pgsched.jobs j
+    SET attempt = v_last.attempt,
+        max_attempts = least(v_last.attempt::bigint + j.max_attempts, 1000000)::integer
+    WHERE j.id = v_id AND j.shard = v_last.shard;
+    PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
+        pg_catalog.jsonb_build_object('previous_state', v_last.state));
+    RETURN 'retried';
+END
+$$;
+
