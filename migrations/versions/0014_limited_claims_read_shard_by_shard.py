@@ -1,0 +1,27 @@
+"""limited claims read shard by shard
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0014"
+down_revision = '0013'
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).with_suffix("")
+
+
+def upgrade() -> None:
+    op.get_bind().connection.driver_connection.execute(HERE.with_suffix(".up.sql").read_text().encode())
+
+
+def downgrade() -> None:
+    op.get_bind().connection.driver_connection.execute(HERE.with_suffix(".down.sql").read_text().encode())
