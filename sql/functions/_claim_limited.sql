@@ -15,7 +15,8 @@
 -- Without fairness, shards are read one at a time from a rotating one (as
 -- claim() does for a busy worker), so a batch is usually one statement.
 -- Per-key limits skip jobs whose key is full, reading at most 1000
--- candidates per shard.
+-- candidates per shard. Like claim(), it writes no audit event (the row
+-- keeps claimed_at; see pgsched.job_timeline).
 CREATE OR REPLACE FUNCTION pgsched._claim_limited(
     p_worker text,
     p_queue  text,
@@ -23,13 +24,12 @@ CREATE OR REPLACE FUNCTION pgsched._claim_limited(
     p_lease  interval,
     p_labels text[],
     p_scope  text,
-    p_now    timestamptz,
-    p_audit  boolean
+    p_now    timestamptz
 )
 RETURNS TABLE (
     id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
     max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
-    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -185,11 +185,6 @@ BEGIN
                 started_at = NULL
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
             RETURNING j.*
-        ), audit AS (
-            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-            SELECT l.id, p_now, 'claimed', l.attempt, p_worker, l.lease_token
-            FROM leased l
-            WHERE p_audit
         ), started AS (
             -- The window keeps the starts inside the period, oldest first.
             INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
@@ -205,7 +200,7 @@ BEGIN
                          || EXCLUDED.starts
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
         FROM leased l;
     END LOOP;
 END

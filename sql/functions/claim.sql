@@ -76,7 +76,7 @@ BEGIN
     IF v_limited IS NOT NULL THEN
         FOREACH v_queue IN ARRAY v_limited LOOP
             RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
-                                                              claim.labels, v_scope, v_now, v_audit);
+                                                              claim.labels, v_scope, v_now);
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_left := v_left - v_got;
             IF v_left <= 0 THEN

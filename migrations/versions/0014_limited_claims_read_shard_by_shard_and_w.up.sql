@@ -1,4 +1,8 @@
--- 0014: limited claims read shard by shard
+-- 0014: limited claims read shard by shard and write no audit event
+
+-- _claim_limited loses its audit parameter (claims write no audit event) and returns trace_context
+-- as claim() does: dropped first.
+DROP FUNCTION pgsched._claim_limited(text, text, integer, interval, text[], text, timestamptz, boolean);
 
 -- functions/_claim_limited.sql
 -- _claim_limited
@@ -18,7 +22,8 @@
 -- Without fairness, shards are read one at a time from a rotating one (as
 -- claim() does for a busy worker), so a batch is usually one statement.
 -- Per-key limits skip jobs whose key is full, reading at most 1000
--- candidates per shard.
+-- candidates per shard. Like claim(), it writes no audit event (the row
+-- keeps claimed_at; see pgsched.job_timeline).
 CREATE OR REPLACE FUNCTION pgsched._claim_limited(
     p_worker text,
     p_queue  text,
@@ -26,13 +31,12 @@ CREATE OR REPLACE FUNCTION pgsched._claim_limited(
     p_lease  interval,
     p_labels text[],
     p_scope  text,
-    p_now    timestamptz,
-    p_audit  boolean
+    p_now    timestamptz
 )
 RETURNS TABLE (
     id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
     max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
-    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -188,11 +192,6 @@ BEGIN
                 started_at = NULL
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
             RETURNING j.*
-        ), audit AS (
-            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-            SELECT l.id, p_now, 'claimed', l.attempt, p_worker, l.lease_token
-            FROM leased l
-            WHERE p_audit
         ), started AS (
             -- The window keeps the starts inside the period, oldest first.
             INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
@@ -208,9 +207,182 @@ BEGIN
                          || EXCLUDED.starts
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
         FROM leased l;
     END LOOP;
 END
 $$;
 
+
+-- functions/claim.sql
+-- claim
+-- contract: leases up to n due jobs of `queues` (skipping paused queues, and
+-- jobs whose labels the worker does not all offer) to `worker` for `lease`.
+-- Each claimed job gets a new fencing token, larger than any before, and its
+-- attempt incremented. A job is never leased twice at once: rows are locked
+-- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+-- The claim writes no audit event: the job's row keeps claimed_at, and an
+-- attempt that ends other than completed records its claim then (see
+-- pgsched.job_timeline).
+--
+-- Shards are visited one statement each, starting at start_shard (workers
+-- rotate it), so concurrent claimers spread over partitions instead of
+-- fighting for the same rows; within a shard, each queue is one index scan
+-- in dispatch order (priority DESC, run_at, id; or aged priority, see
+-- tg_jobs__dispatch) that stops after n rows, whatever the backlog. Queues
+-- take turns by the same rotation. Priority orders jobs within a shard and
+-- queue; across shards it holds within one rotation.
+--
+-- A queue with a dispatch policy (concurrency or rate limits, tenant
+-- fairness) is claimed by _claim_limited, one claimer at a time.
+--
+-- With start_shard NULL, each queue is instead one statement over all shards
+-- at once (a merge of every shard's index, strict priority across shards):
+-- the cheaper pass when little is queued, which workers use when idle.
+CREATE OR REPLACE FUNCTION pgsched.claim(
+    worker      text,
+    queues      text[],
+    n           integer,
+    lease       interval,
+    labels      text[]      DEFAULT '{}',
+    start_shard integer     DEFAULT NULL,
+    p_now       timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
+    max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
+)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan for every shard (pruned to the shard when it runs) instead of
+-- planning the partitioned statement again at each call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- The clock now, not at transaction start: the lease runs from the claim.
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_shards integer;
+    v_queues text[];
+    v_left integer := claim.n;
+    v_got integer;
+    v_shard smallint;
+    v_queue text;
+    v_nq integer;
+    v_limited text[];
+    -- A session confined to a tenant claims only that tenant's jobs.
+    v_scope text := pgsched._tenant_scope();
+BEGIN
+    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
+    SELECT pg_catalog.array_agg(q) INTO v_queues
+    FROM unnest(claim.queues) q
+    WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
+    IF v_queues IS NULL THEN
+        RETURN;
+    END IF;
+    -- Queues with a dispatch policy (limits, fairness) take their own path,
+    -- in name order: their locks are always taken in one order (no deadlock).
+    SELECT pg_catalog.array_agg(pq.name ORDER BY pq.name) INTO v_limited FROM pgsched.queues pq
+    WHERE pq.name = ANY (v_queues)
+      AND (pq.concurrency IS NOT NULL OR pq.key_concurrency IS NOT NULL OR pq.rate IS NOT NULL
+           OR pq.key_rate IS NOT NULL OR pq.tenant_fairness);
+    IF v_limited IS NOT NULL THEN
+        FOREACH v_queue IN ARRAY v_limited LOOP
+            RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
+                                                              claim.labels, v_scope, v_now);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            IF v_left <= 0 THEN
+                RETURN;
+            END IF;
+        END LOOP;
+        SELECT pg_catalog.array_agg(q) INTO v_queues FROM unnest(v_queues) q WHERE q <> ALL (v_limited);
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    v_nq := pg_catalog.cardinality(v_queues);
+
+    IF claim.start_shard IS NULL THEN
+        FOR i IN 1 .. v_nq LOOP
+            v_queue := v_queues[i];
+            RETURN QUERY
+            WITH due AS MATERIALIZED (
+                SELECT j.id, j.shard
+                FROM pgsched.jobs j
+                WHERE j.state = 'available'
+                  AND j.queue = v_queue
+                  AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+                  AND (v_scope IS NULL OR j.tenant = v_scope)
+                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+                LIMIT v_left
+                FOR UPDATE SKIP LOCKED
+            ), leased AS (
+                UPDATE pgsched.jobs j
+                SET state = 'running',
+                    attempt = j.attempt + 1,
+                    lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                    leased_by = claim.worker,
+                    lease_expires_at = v_now + claim.lease,
+                    claimed_at = v_now,
+                    started_at = NULL  -- set by start(), when a handler slot takes it
+                WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
+                  AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
+                  AND j.state = 'available'
+                RETURNING j.*
+            )
+            SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
+            FROM leased l;
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            EXIT WHEN v_left <= 0;
+        END LOOP;
+        RETURN;
+    END IF;
+
+    FOR i IN 0 .. v_shards * v_nq - 1 LOOP
+        v_shard := ((coalesce(claim.start_shard, 0) + i / v_nq) % v_shards + v_shards) % v_shards;
+        v_queue := v_queues[((coalesce(claim.start_shard, 0) + i) % v_nq + v_nq) % v_nq + 1];
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard
+              AND j.state = 'available'
+              AND j.queue = v_queue
+              -- the first arm keeps the row estimate right (most jobs need no labels)
+              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+              AND (v_scope IS NULL OR j.tenant = v_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            LIMIT v_left
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE pgsched.jobs j
+            SET state = 'running',
+                attempt = j.attempt + 1,
+                lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                leased_by = claim.worker,
+                lease_expires_at = v_now + claim.lease,
+                claimed_at = v_now,
+                started_at = NULL  -- set by start(), when a handler slot takes it
+            -- ids as an array: one index probe each, never a scan of the partition
+            WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
+            RETURNING j.*
+        )
+        SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
+        FROM leased l;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        EXIT WHEN v_left <= 0;
+    END LOOP;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION pgsched._claim_limited FROM PUBLIC;

@@ -1,4 +1,4 @@
-"""limited claims read shard by shard
+"""limited claims read shard by shard and write no audit event
 
 Revision ID: 0014
 Revises: 0013
