@@ -127,7 +127,13 @@ def test_two_scanners_split_the_shards_and_hand_them_over_on_stop(
     b = start_scanner("scanner-b", lease=3.0)
 
     wait_for(lambda: shares(conn) == {"scanner-a": 4, "scanner-b": 4}, timeout=10, what="a 4/4 split")
-    assert sorted(a.scanner.owned + b.scanner.owned) == list(range(SHARDS))
+    # Each scanner learns what it holds when its own acquire returns, a moment after the database
+    # shows it: wait for both (on a busy machine the second one's pass may still be running).
+    wait_for(
+        lambda: sorted(a.scanner.owned + b.scanner.owned) == list(range(SHARDS)),
+        timeout=10,
+        what="both scanners knowing their halves",
+    )
     before = epochs(conn)
 
     started = time.monotonic()
