@@ -208,7 +208,7 @@ def test_scanner_runs_it(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         vacuumer = wait_for(lambda: scanner._vacuumer, what="the scanner's vacuum thread")
         make_dead_rows(dsn)
-        wait_for(lambda: vacuumer.vacuums > 0, timeout=20, what="the scanner's first vacuum")
+        wait_for(lambda: vacuumer.vacuums > 0, timeout=60, what="the scanner's first vacuum")
     finally:
         scanner.stop()
         thread.join(10)
