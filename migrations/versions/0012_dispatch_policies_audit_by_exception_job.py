@@ -12,7 +12,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0012"
-down_revision = '0011'
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0014"
-down_revision = '0013'
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
