@@ -148,7 +148,8 @@ def new_revision(message: str) -> None:
         .replace("Revision ID: 0001", f"Revision ID: {number}")
         .replace("Revises:", f"Revises: {previous}")
         .replace("from alembic import context, op", "from alembic import op")
-        + f'revision = "{number}"\ndown_revision = {json.dumps(previous) if previous else None}\nbranch_labels = None\ndepends_on = None\n\n'
+        + f'revision = "{number}"\ndown_revision = {json.dumps(previous) if previous else None}\n'
+        + "branch_labels = None\ndepends_on = None\n\n"
         'HERE = Path(__file__).with_suffix("")\n\n\n'
         "def upgrade() -> None:\n"
         '    op.get_bind().connection.driver_connection.execute(HERE.with_suffix(".up.sql").read_text().encode())\n\n\n'
