@@ -635,7 +635,8 @@ async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequen
         return await cur.fetchall()
 
 
-def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
+def _job_params(spec: JobSpec) -> tuple[Any, ...]:
+    """The parameters enqueue and enqueue_service share, in their order."""
     return (
         spec.task,
         Jsonb(spec.args, dumps=lambda _: spec.args_json()),
@@ -647,6 +648,12 @@ def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[An
         spec.max_attempts,
         list(spec.labels),
         spec.tenant,
+    )
+
+
+def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
+    return (
+        *_job_params(spec),
         None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout")),
         _dependency_ids(spec) or None,
         spec.on_dependency_failure,
@@ -659,7 +666,7 @@ def _service_params(spec: JobSpec) -> tuple[Any, ...]:
     """enqueue_service's parameters: a service has no timeout and no dependencies."""
     if spec.timeout is not None or spec.depends_on:
         raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
-    return _enqueue_params(spec)[:10]
+    return _job_params(spec)
 
 
 def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
