@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from psycopg.types.json import Jsonb
 
 from tests.e2e.clirun import ROOT, command, connect, current, environment
+from tests.integration.conftest import wait_for
 
 APP = "tests.integration.timeouts_app:app"
-
-
-def _wait(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def _worker(dsn: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -48,11 +40,11 @@ def test_a_recycled_worker_re_executes_itself_in_place(dsn: str, tmp_path: Path)
     proc = _worker(dsn, log)
     try:
         hung = _enqueue(dsn, "to.hang", {"seconds": 600})
-        _wait(lambda: (_state(dsn, hung) or {}).get("state") == "dead", 60, "the hung job to time out")
+        wait_for(lambda: (_state(dsn, hung) or {}).get("state") == "dead", 60, what="the hung job to time out")
         assert (_state(dsn, hung) or {})["error"] == "timed out after 1 s"
-        _wait(lambda: "re-executing the worker in place" in log.read_text(), 60, "the worker to recycle")
+        wait_for(lambda: "re-executing the worker in place" in log.read_text(), 60, what="the worker to recycle")
         after = _enqueue(dsn, "to.pid", {})
-        _wait(lambda: (_state(dsn, after) or {}).get("state") == "completed", 60, "a job after the recycle")
+        wait_for(lambda: (_state(dsn, after) or {}).get("state") == "completed", 60, what="a job after the recycle")
         assert (_state(dsn, after) or {})["result"] == proc.pid  # the same process, a fresh image
         assert log.read_text().count(" started on ") == 2  # started twice: before and after the re-exec
         assert proc.poll() is None
