@@ -174,6 +174,9 @@ def _scratch(dsn: str, created: list[str], *, keep: bool) -> Iterator[Callable[[
         statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
             sql.Identifier(name), sql.Identifier(template or "template0")
         )
+        # Recorded before it exists: an interrupt that lands while the server creates it (or
+        # just after) still finds it in the list, and the drop is IF EXISTS.
+        created.append(name)
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(statement)
@@ -184,7 +187,6 @@ def _scratch(dsn: str, created: list[str], *, keep: bool) -> Iterator[Callable[[
             ) from exc
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
-        created.append(name)
         return name
 
     try:
