@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,13 @@ from pgsched import App, schema
 from tests.pgserver import database_dsn, test_server
 
 TEMPLATE = "pgsched_template"
+
+# A suite started in the background by a shell without job control inherits Ctrl-C ignored, and so
+# would every child process it starts: the tests that press Ctrl-C on a child would then test
+# nothing. Ignored signals survive exec, handled ones do not, so a handler here gives the children
+# the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 _counter = itertools.count()
 
 
