@@ -751,14 +751,13 @@ def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
 
 
 def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
-    for n, spec in enumerate(specs, 1):
-        if spec.timeout is not None:
-            raise ValueError(
-                f"job {n} of the batch has a timeout: enqueue_many() takes none per job;"
-                " set it on the task (@app.task(timeout=...)) or enqueue the job with enqueue()"
-            )
-    if any(s.concurrency_key is not None for s in specs):
-        raise ValueError("enqueue_many() does not carry concurrency_key: enqueue jobs with a key one by one")
+    timeouts = None
+    if any(s.timeout is not None for s in specs):
+        timeouts = [
+            None if s.timeout is None else timedelta(seconds=check_timeout(s.timeout, f"timeout of batch job {n}"))
+            for n, s in enumerate(specs, 1)
+        ]
+    keys = [s.concurrency_key for s in specs] if any(s.concurrency_key is not None for s in specs) else None
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
     return (
         [s.task for s in specs],
@@ -774,6 +773,8 @@ def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = N
         _dependency_json(specs),
         [s.on_dependency_failure for s in specs] if any(s.on_dependency_failure for s in specs) else None,
         trace_context,
+        timeouts,
+        keys,
     )
 
 

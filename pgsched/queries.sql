@@ -33,7 +33,7 @@ SELECT job_id FROM pgsched.enqueue_many(
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)),
     (SELECT pg_catalog.array_agg(d.e ORDER BY d.n)
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS d(e, n)),
-    %s::text[], %s::jsonb);
+    %s::text[], %s::jsonb, %s::interval[], %s::text[]);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,

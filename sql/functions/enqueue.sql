@@ -55,10 +55,8 @@ BEGIN
     PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
                                v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
-    IF enqueue.timeout <= interval '0' THEN
-        RAISE EXCEPTION 'pgsched: timeout % is not allowed: it must be positive (NULL means none)', enqueue.timeout
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive', COLUMN = 'timeout',
-                  SCHEMA = 'pgsched', TABLE = 'jobs';
+    IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
     END IF;
     IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
         PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);

@@ -14,6 +14,9 @@
 -- A refused row raises naming its position (1-based, the ord returned), its
 -- column and its value; nothing of the batch is written. trace_context (the
 -- caller's trace propagation headers) is stored with every job of the batch.
+-- timeouts (each run's time limit; NULL: the task's, else none) and
+-- concurrency_keys (what the queue's per-key limits count) are per job, as
+-- in enqueue().
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -26,7 +29,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     labels           jsonb[]       DEFAULT NULL,
     depends_on       jsonb[]       DEFAULT NULL,
     on_dependency_failure text[]   DEFAULT NULL,
-    trace_context    jsonb         DEFAULT NULL
+    trace_context    jsonb         DEFAULT NULL,
+    timeouts         interval[]    DEFAULT NULL,
+    concurrency_keys text[]        DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -67,7 +72,10 @@ BEGIN
                  ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels)),
                  ('depends_on', pg_catalog.cardinality(depends_on), pg_catalog.array_ndims(depends_on)),
                  ('on_dependency_failure', pg_catalog.cardinality(on_dependency_failure),
-                  pg_catalog.array_ndims(on_dependency_failure))) AS a(name, len, dims)
+                  pg_catalog.array_ndims(on_dependency_failure)),
+                 ('timeouts', pg_catalog.cardinality(timeouts), pg_catalog.array_ndims(timeouts)),
+                 ('concurrency_keys', pg_catalog.cardinality(concurrency_keys),
+                  pg_catalog.array_ndims(concurrency_keys))) AS a(name, len, dims)
     WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
     LIMIT 1;
     IF FOUND THEN
@@ -119,6 +127,11 @@ BEGIN
     END IF;
     PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
     WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
+    IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
+        FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)
+        WHERE u.timeout <= interval '0' OR pg_catalog.length(u.ckey) NOT BETWEEN 1 AND 200;
+    END IF;
 
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in as a trusted writer the trigger skips.
@@ -131,7 +144,7 @@ BEGIN
         WITH inserted AS (
             INSERT INTO pgsched.jobs AS j
                 (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
-                 trace_context)
+                 trace_context, timeout, concurrency_key)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
                    pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
                    CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
@@ -141,9 +154,11 @@ BEGIN
                    coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
                    CASE WHEN u.labels IS NULL THEN '{}'::text[]
                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END,
-                   enqueue_many.trace_context
-            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on)
-                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, ord)
+                   enqueue_many.trace_context, u.timeout, u.ckey
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
+                        concurrency_keys)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, timeout,
+                                      ckey, ord)
             LEFT JOIN pgsched.tasks t ON t.name = u.task
             ORDER BY u.ord
             RETURNING j.id, j.shard, j.queue, j.state
@@ -169,10 +184,12 @@ BEGIN
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
-        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on)
-             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, ord)
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on,
+                    timeouts, concurrency_keys)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, timeout,
+                                  ckey, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
                CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
@@ -197,7 +214,7 @@ BEGIN
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
-             labels, trace_context)
+             labels, trace_context, timeout, concurrency_key)
         SELECT i.id, i.shard,
                CASE WHEN pg_catalog.jsonb_typeof(i.deps) <> 'array' OR pg_catalog.jsonb_array_length(i.deps) > 0
                     THEN 'waiting'
@@ -206,7 +223,7 @@ BEGIN
                coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
                CASE WHEN i.labels IS NULL THEN '{}'::text[]
                     ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END,
-               enqueue_many.trace_context
+               enqueue_many.trace_context, i.timeout, i.ckey
         FROM input i
         LEFT JOIN pgsched.tasks t ON t.name = i.task
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)

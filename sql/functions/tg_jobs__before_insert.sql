@@ -58,6 +58,9 @@ BEGIN
 
     PERFORM pgsched._check_job(NEW.task, NEW.queue, NEW.args, NEW.priority, NEW.run_at, NEW.max_attempts,
                                NEW.idempotency_key, NEW.labels, NEW.tenant);
+    IF NEW.timeout IS NOT NULL OR NEW.concurrency_key IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(NEW.timeout, NEW.concurrency_key);
+    END IF;
     PERFORM pgsched._check_payload(NEW.args, v_limit);
 
     IF NEW.max_attempts IS NULL THEN

@@ -170,3 +170,30 @@ def test_errors_postgresql_raises_name_the_rule_not_the_partition(app: App, conn
     assert isinstance(mapped, InvalidJob)
     assert str(mapped) == "pgsched: job refused by jobs_priority_range: priority must be between -1000000 and 1000000"
     assert "jobs_s" not in str(mapped)
+
+
+def test_timeouts_and_concurrency_keys_go_in_with_the_batch(app: App, conn: Conn) -> None:
+    task = app.task(name="batch.limited")(handler)
+    specs = [
+        task.using(timeout=30, concurrency_key="customer:42").job(1),
+        task.job(2),
+        task.using(timeout=timedelta(minutes=2)).job(3),
+        task.using(concurrency_key="customer:7", idempotency_key="once").job(4),
+    ]
+    ids = app.enqueue_many(specs)
+    got = [(job(conn, int(i))["timeout"], job(conn, int(i))["concurrency_key"]) for i in ids]
+    assert got == [
+        (timedelta(seconds=30), "customer:42"),
+        (None, None),
+        (timedelta(minutes=2), None),
+        (None, "customer:7"),
+    ]
+
+
+def test_a_bad_concurrency_key_in_a_batch_names_its_row_and_commits_nothing(app: App, conn: Conn) -> None:
+    task = app.task(name="batch.limited")(handler)
+    with pytest.raises(InvalidJob) as refused:
+        app.enqueue_many([task.job(1), task.job(2), task.using(concurrency_key="").job(3)])
+    assert "row 3 of the batch: concurrency_key ''" in str(refused.value)
+    assert (refused.value.constraint, refused.value.column) == ("jobs_concurrency_key_length", "concurrency_key")
+    assert count(conn) == 0

@@ -58,6 +58,8 @@ def enqueue_many(conn: Conn, tasks: Sequence[str | None], **arrays: Sequence[Any
         "labels": "jsonb[]",
         "depends_on": "jsonb[]",
         "on_dependency_failure": "text[]",
+        "timeouts": "interval[]",
+        "concurrency_keys": "text[]",
     }
     params: dict[str, Any] = {"tasks": list(tasks)}
     parts = [sql.SQL("tasks => %(tasks)s::text[]")]

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from tests.sql.helpers import Conn, claim, complete, enqueue, enqueue_many, pair, scalar
@@ -182,3 +183,26 @@ def test_among_many_tenants_each_waits_about_tenants_over_batch_claims(conn: Con
         served |= {r["tenant"] for r in claim(conn, 5, start_shard=None)}
         claims += 1
     assert claims == 4, claims
+
+
+@pytest.mark.parametrize("bad", ["", "k" * 201])
+def test_a_concurrency_key_out_of_bounds_is_named_on_every_path(conn: Conn, bad: str) -> None:
+    statements = [
+        ("SELECT pgsched.enqueue('t', concurrency_key => %s)", [bad], "pgsched: concurrency_key"),
+        ("INSERT INTO pgsched.jobs (task, concurrency_key) VALUES ('t', %s)", [bad], "pgsched: concurrency_key"),
+        (
+            "SELECT pgsched.enqueue_many(ARRAY['t', 't'], concurrency_keys => ARRAY[NULL, %s])",
+            [bad],
+            "pgsched: row 2 of the batch: concurrency_key",
+        ),
+    ]
+    for statement, params, message in statements:
+        with pytest.raises(psycopg.errors.CheckViolation) as refused:
+            conn.execute(statement, params)
+        conn.rollback()
+        assert str(refused.value).startswith(message), refused.value
+        assert (refused.value.diag.constraint_name, refused.value.diag.column_name) == (
+            "jobs_concurrency_key_length",
+            "concurrency_key",
+        )
+    assert scalar(conn, "SELECT count(*) FROM pgsched.jobs") == 0

@@ -139,6 +139,8 @@ def test_an_array_longer_than_tasks_is_refused_not_dropped(conn: Conn) -> None:
         {"max_attempts": [1, 2, 3, 4]},
         {"tenants": ["a"]},
         {"labels": [["gpu"]]},
+        {"timeouts": [timedelta(seconds=1)]},
+        {"concurrency_keys": ["a", "b"]},
     ],
     ids=lambda a: next(iter(a)),
 )
@@ -173,6 +175,10 @@ def test_a_bad_row_deep_in_a_big_batch_leaves_nothing(conn: Conn) -> None:
         ({"labels": [None, {"a": 1}, None]}, "23514", "row 2 of the batch: labels"),
         ({"tenants": [None, "", None]}, "23514", "row 2 of the batch: tenant ''"),
         ({"run_ats": [None, None, "infinity"]}, "23514", "row 3 of the batch: run_at infinity"),
+        ({"timeouts": [None, timedelta(0), None]}, "23514", "row 2 of the batch: timeout 00:00:00"),
+        ({"timeouts": [timedelta(seconds=-5), None, None]}, "23514", "row 1 of the batch: timeout -1 days +23:59:55"),
+        ({"concurrency_keys": [None, None, ""]}, "23514", "row 3 of the batch: concurrency_key ''"),
+        ({"concurrency_keys": ["k" * 201, None, None]}, "23514", "row 1 of the batch: concurrency_key 'kkk"),
     ],
 )
 def test_every_batch_error_names_the_row_and_the_value(
@@ -188,6 +194,23 @@ def test_a_null_task_names_its_row(conn: Conn) -> None:
     with refused("23502") as info:
         enqueue_many(conn, ["t", "t", None])
     assert 'row 3 of the batch: column "task" may not be NULL' in str(info.value)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no-idempotency-keys", "idempotency-keys"])
+def test_timeouts_and_concurrency_keys_are_set_per_job(conn: Conn, keyed: bool) -> None:
+    ids = enqueue_many(
+        conn,
+        ["t", "t", "t"],
+        timeouts=[timedelta(seconds=30), None, timedelta(minutes=2)],
+        concurrency_keys=[None, "customer:42", "customer:7"],
+        idempotency_keys=["a", "b", None] if keyed else None,
+    )
+    rows = [job(conn, i) for i in ids]
+    assert [(r["timeout"], r["concurrency_key"]) for r in rows] == [  # type: ignore[index]
+        (timedelta(seconds=30), None),
+        (None, "customer:42"),
+        (timedelta(minutes=2), "customer:7"),
+    ]
 
 
 def test_labels_are_set_per_job(conn: Conn) -> None:

@@ -1,0 +1,527 @@
+-- 0015: enqueue_many takes per-job timeouts and concurrency keys; their errors name the value
+
+-- enqueue_many gains two parameters: a new signature, so the old one goes first.
+DROP FUNCTION pgsched.enqueue_many(text[], jsonb[], text[], timestamptz[], integer[], text[], integer[], text[], jsonb[],
+                                   jsonb[], text[], jsonb);
+
+-- functions/_check_run_options.sql
+-- _check_run_options
+-- contract: raises check_violation, naming the rule, the column and the
+-- value, when a new job's timeout is not positive or its concurrency_key is
+-- not 1 to 200 characters (the table's jobs_timeout_positive and
+-- jobs_concurrency_key_length, which would name a partition instead). NULL
+-- is allowed for both. p_row, 1-based, is the job's position in a batch and
+-- leads the message, as in _check_job.
+CREATE OR REPLACE FUNCTION pgsched._check_run_options(
+    p_timeout interval, p_concurrency_key text, p_row bigint DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_prefix text := CASE WHEN p_row IS NULL THEN 'pgsched: ' ELSE pg_catalog.format('pgsched: row %s of the batch: ', p_row) END;
+BEGIN
+    IF p_timeout <= interval '0' THEN
+        RAISE EXCEPTION '%timeout % is not allowed: it must be positive (NULL means none)', v_prefix, p_timeout
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive', COLUMN = 'timeout',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
+    IF pg_catalog.length(p_concurrency_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION '%concurrency_key % is not allowed: it must be 1 to 200 characters (NULL means none)',
+                v_prefix, pgsched._shown(p_concurrency_key)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_concurrency_key_length', COLUMN = 'concurrency_key',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
+END
+$$;
+
+
+-- functions/enqueue.sql
+-- enqueue
+-- contract: adds one job and returns its id. For an idempotency key already
+-- held by an active job, or by a finished one within the retention window,
+-- returns that job's id and adds nothing (keys are per tenant), provided the
+-- task and args are the same (else PS422, see _key_holder). The shard derives from the key when
+-- there is one (so a key always lands on the same shard), else it is random.
+-- A refused value raises with its column named (see _check_job). timeout:
+-- the time limit of each run (NULL: the task's, else none), see start().
+-- With depends_on (job ids), the job waits (state 'waiting') until every
+-- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
+-- a dependency ending dead or cancelled does to it (see _depend).
+-- trace_context: the caller's trace propagation headers (see docs/otel.md).
+-- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
+-- count (docs/dispatch.md).
+--
+-- It does itself what the insert trigger does for a plain INSERT (defaults,
+-- the payload limit, the key, the wake-up), then inserts as a trusted writer
+-- the trigger skips: one statement's work instead of two.
+CREATE OR REPLACE FUNCTION pgsched.enqueue(
+    task            text,
+    args            jsonb       DEFAULT '{}',
+    queue           text        DEFAULT 'default',
+    run_at          timestamptz DEFAULT NULL,
+    priority        integer     DEFAULT 0,
+    idempotency_key text        DEFAULT NULL,
+    max_attempts    integer     DEFAULT NULL,
+    labels          text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL,
+    timeout         interval    DEFAULT NULL,
+    depends_on      bigint[]    DEFAULT NULL,
+    on_dependency_failure text  DEFAULT 'cancel',
+    trace_context   jsonb       DEFAULT NULL,
+    concurrency_key text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
+    v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
+    v_shard smallint;
+    v_queue text := coalesce(enqueue.queue, 'default');
+    v_max integer := enqueue.max_attempts;
+    v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
+BEGIN
+    PERFORM pgsched._check_tenant(enqueue.tenant);
+    PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
+                               v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
+    PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
+    END IF;
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
+        PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
+    END IF;
+    IF v_max IS NULL THEN
+        SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
+        v_max := coalesce(v_max, v_default_attempts);
+    END IF;
+
+    IF enqueue.idempotency_key IS NULL THEN
+        v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
+    ELSE
+        v_shard := ((pg_catalog.hashtextextended(enqueue.idempotency_key, 0) % v_shards + v_shards) % v_shards)::smallint;
+        -- The key row is the lock: a concurrent enqueue of the same key waits
+        -- here for the first one's commit, then sees the conflict. A key whose
+        -- retention ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue.idempotency_key, enqueue.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now;
+        IF NOT FOUND THEN
+            -- A new statement: its snapshot sees the holder we waited for.
+            RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args, NULL, enqueue.tenant);
+        END IF;
+    END IF;
+
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+    INSERT INTO pgsched.jobs
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         timeout, trace_context, concurrency_key)
+    VALUES (v_id, v_shard,
+            CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+            v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
+            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant, enqueue.timeout,
+            enqueue.trace_context, enqueue.concurrency_key);
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+
+    IF v_waits THEN
+        IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: depends_on % holds a NULL', enqueue.depends_on
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+        END IF;
+        PERFORM pgsched._depend(ARRAY[v_id], ARRAY[v_shard], ARRAY[pg_catalog.to_jsonb(enqueue.depends_on)],
+                                ARRAY[enqueue.on_dependency_failure], v_now, false);
+    ELSIF v_run_at <= v_now THEN
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
+    ELSE
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+
+-- functions/enqueue_many.sql
+-- enqueue_many
+-- contract: enqueue() for many jobs in one statement, all or nothing; returns
+-- one id per input row, in input order (for a repeated idempotency key, the
+-- holder's id; rows repeating a key within the batch get the first row's
+-- job; a repeated key with another task or other args raises PS422). Arrays
+-- are parallel: each one given has exactly one element per task (else
+-- invalid_parameter_value, naming the array); a NULL array, or a NULL
+-- element, means the default. labels are JSON arrays of strings, one per job.
+-- depends_on are JSON arrays, one per job, of job ids and of references to
+-- earlier rows of this batch as negative 1-based positions (-1 is the first
+-- row), so a whole graph is one call; on_dependency_failure ('cancel' or
+-- 'wait') is each job's policy for a dependency ending dead or cancelled
+-- (see _depend).
+-- A refused row raises naming its position (1-based, the ord returned), its
+-- column and its value; nothing of the batch is written. trace_context (the
+-- caller's trace propagation headers) is stored with every job of the batch.
+-- timeouts (each run's time limit; NULL: the task's, else none) and
+-- concurrency_keys (what the queue's per-key limits count) are per job, as
+-- in enqueue().
+CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
+    tasks            text[],
+    args             jsonb[]       DEFAULT NULL,
+    queues           text[]        DEFAULT NULL,
+    run_ats          timestamptz[] DEFAULT NULL,
+    priorities       integer[]     DEFAULT NULL,
+    idempotency_keys text[]        DEFAULT NULL,
+    max_attempts     integer[]     DEFAULT NULL,
+    tenants          text[]        DEFAULT NULL,
+    labels           jsonb[]       DEFAULT NULL,
+    depends_on       jsonb[]       DEFAULT NULL,
+    on_dependency_failure text[]   DEFAULT NULL,
+    trace_context    jsonb         DEFAULT NULL,
+    timeouts         interval[]    DEFAULT NULL,
+    concurrency_keys text[]        DEFAULT NULL
+)
+RETURNS TABLE (ord bigint, job_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
+    v_ords bigint[];
+    v_ids bigint[];
+    v_keys text[];
+    v_tenants text[];
+    v_queues text[];
+    v_scheduled boolean;
+    v_n integer := pg_catalog.cardinality(tasks);
+    v_bad record;
+    v_shard_list smallint[];
+    v_final bigint[];
+    v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
+                               WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
+BEGIN
+    IF tasks IS NULL OR v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- unnest() pads short arrays with NULLs, which would mean "the default"
+    -- for a value the caller did send: refuse any length but the batch's.
+    SELECT a.name, a.len, a.dims INTO v_bad
+    FROM (VALUES ('tasks', v_n, pg_catalog.array_ndims(tasks)),
+                 ('args', pg_catalog.cardinality(args), pg_catalog.array_ndims(args)),
+                 ('queues', pg_catalog.cardinality(queues), pg_catalog.array_ndims(queues)),
+                 ('run_ats', pg_catalog.cardinality(run_ats), pg_catalog.array_ndims(run_ats)),
+                 ('priorities', pg_catalog.cardinality(priorities), pg_catalog.array_ndims(priorities)),
+                 ('idempotency_keys', pg_catalog.cardinality(idempotency_keys), pg_catalog.array_ndims(idempotency_keys)),
+                 ('max_attempts', pg_catalog.cardinality(max_attempts), pg_catalog.array_ndims(max_attempts)),
+                 ('tenants', pg_catalog.cardinality(tenants), pg_catalog.array_ndims(tenants)),
+                 ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels)),
+                 ('depends_on', pg_catalog.cardinality(depends_on), pg_catalog.array_ndims(depends_on)),
+                 ('on_dependency_failure', pg_catalog.cardinality(on_dependency_failure),
+                  pg_catalog.array_ndims(on_dependency_failure)),
+                 ('timeouts', pg_catalog.cardinality(timeouts), pg_catalog.array_ndims(timeouts)),
+                 ('concurrency_keys', pg_catalog.cardinality(concurrency_keys),
+                  pg_catalog.array_ndims(concurrency_keys))) AS a(name, len, dims)
+    WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
+                v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
+    FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
+    WHERE u.task = 'pgsched.command';
+    -- Every row is checked, also those whose tenant is NULL.
+    FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
+                 FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord) GROUP BY u.tenant LOOP
+        BEGIN
+            PERFORM pgsched._check_tenant(v_bad.tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: %', v_bad.ord, pg_catalog.substr(SQLERRM, 10)
+                USING ERRCODE = 'insufficient_privilege', COLUMN = 'tenant';
+        END;
+    END LOOP;
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    -- One set-based pass over the rules (_job_problem is inlined; labels,
+    -- JSON here, are checked as JSON); only the first bad row goes through
+    -- _check_job, which raises naming it.
+    SELECT u.ord, u.task, coalesce(u.queue, 'default') AS queue, coalesce(u.args, '{}') AS args,
+           coalesce(u.priority, 0) AS priority, coalesce(u.run_at, v_now) AS run_at, u.max_attempts, u.key,
+           u.labels, u.tenant,
+           u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")') AS labels_bad
+    INTO v_bad
+    FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
+         WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
+    WHERE (u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")'))
+       OR pgsched._job_problem(u.task, coalesce(u.queue, 'default'), coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                               coalesce(u.run_at, v_now), u.max_attempts, u.key, '{}', u.tenant) IS NOT NULL
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.labels_bad THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: labels % must be a JSON array of non-empty strings (jobs_labels_valid)',
+                    v_bad.ord, pgsched._shown(v_bad.labels::text)
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_labels_valid', COLUMN = 'labels',
+                      SCHEMA = 'pgsched', TABLE = 'jobs';
+        END IF;
+        PERFORM pgsched._check_job(v_bad.task, v_bad.queue, v_bad.args, v_bad.priority, v_bad.run_at,
+                                   v_bad.max_attempts, v_bad.key, '{}', v_bad.tenant, v_bad.ord);
+    END IF;
+    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
+    WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
+    IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
+        FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)
+        WHERE u.timeout <= interval '0' OR pg_catalog.length(u.ckey) NOT BETWEEN 1 AND 200;
+    END IF;
+
+    -- Set-based, the work the insert trigger does row by row for a plain
+    -- INSERT; the rows then go in as a trusted writer the trigger skips.
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+
+    IF idempotency_keys IS NULL
+       OR NOT EXISTS (SELECT 1 FROM unnest(idempotency_keys) k WHERE k IS NOT NULL) THEN
+        -- No keys, nothing to deduplicate: one straight INSERT. Ids are drawn
+        -- after the sort by input order, so they grow in input order.
+        WITH inserted AS (
+            INSERT INTO pgsched.jobs AS j
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
+                 trace_context, timeout, concurrency_key)
+            SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
+                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
+                   CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
+                        THEN 'waiting'
+                        WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+                   coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
+                   CASE WHEN u.labels IS NULL THEN '{}'::text[]
+                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END,
+                   enqueue_many.trace_context, u.timeout, u.ckey
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
+                        concurrency_keys)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, timeout,
+                                      ckey, ord)
+            LEFT JOIN pgsched.tasks t ON t.name = u.task
+            ORDER BY u.ord
+            RETURNING j.id, j.shard, j.queue, j.state
+        )
+        SELECT pg_catalog.array_agg(i.id ORDER BY i.id), pg_catalog.array_agg(i.shard ORDER BY i.id),
+               pg_catalog.array_agg(DISTINCT i.queue) FILTER (WHERE i.state = 'available'),
+               pg_catalog.bool_or(i.state = 'scheduled')
+        INTO v_ids, v_shard_list, v_queues, v_scheduled
+        FROM inserted i;
+        PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+        IF v_scheduled THEN
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        IF v_waits OR on_dependency_failure IS NOT NULL THEN
+            PERFORM pgsched._depend(v_ids, v_shard_list, depends_on, on_dependency_failure, v_now);
+        END IF;
+        RETURN QUERY SELECT x.o, x.id FROM unnest(v_ids) WITH ORDINALITY AS x(id, o);
+        RETURN;
+    END IF;
+
+    WITH numbered AS MATERIALIZED (
+        -- ids are drawn while the input is read in order, so they grow in
+        -- input order (a batch runs first-in, first-out)
+        SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey,
+               pg_catalog.nextval('pgsched.jobs_id_seq') AS id
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on,
+                    timeouts, concurrency_keys)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, timeout,
+                                  ckey, ord)
+    ), input AS MATERIALIZED (
+        SELECT n.*,
+               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
+                    ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
+               END AS shard,
+               -- only the first row of a key in this batch is inserted
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key, n.tenant) AS first_of_key
+        FROM numbered n
+    ), taken AS (
+        -- Keys are taken in key order, so concurrent batches sharing keys
+        -- wait for each other instead of deadlocking. A key whose retention
+        -- ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now
+        FROM input i
+        WHERE i.key IS NOT NULL AND i.first_of_key
+        ORDER BY i.key
+        ON CONFLICT (key, tenant) DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now
+        RETURNING k.job_id
+    ), inserted AS (
+        INSERT INTO pgsched.jobs AS j
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
+             labels, trace_context, timeout, concurrency_key)
+        SELECT i.id, i.shard,
+               CASE WHEN pg_catalog.jsonb_typeof(i.deps) <> 'array' OR pg_catalog.jsonb_array_length(i.deps) > 0
+                    THEN 'waiting'
+                    WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+               i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
+               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
+               CASE WHEN i.labels IS NULL THEN '{}'::text[]
+                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END,
+               enqueue_many.trace_context, i.timeout, i.ckey
+        FROM input i
+        LEFT JOIN pgsched.tasks t ON t.name = i.task
+        WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
+        ORDER BY i.ord
+        RETURNING j.id, j.shard, j.queue, j.state
+    )
+    SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
+           pg_catalog.array_agg(ins.id ORDER BY i.ord),
+           pg_catalog.array_agg(ins.shard ORDER BY i.ord),
+           pg_catalog.array_agg(i.key ORDER BY i.ord),
+           pg_catalog.array_agg(i.tenant ORDER BY i.ord),
+           pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
+           pg_catalog.bool_or(ins.state = 'scheduled')
+    INTO v_ords, v_ids, v_shard_list, v_keys, v_tenants, v_queues, v_scheduled
+    FROM input i
+    LEFT JOIN inserted ins ON ins.id = i.id;
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    IF v_scheduled THEN
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+
+    -- Rows whose key was taken: look the holder up in a new statement, whose
+    -- snapshot sees a concurrent enqueue of the same key that we waited for,
+    -- and refuse the batch if it holds other work (PS422, naming the row).
+    SELECT pg_catalog.array_agg(coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o, x.t)) ORDER BY x.o)
+    INTO v_final
+    FROM unnest(v_ords, v_ids, v_keys, v_tenants) AS x(o, id, k, t)
+    JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o;
+    -- Dependencies of the rows inserted; a row that found its key held
+    -- adds none (the holder stands), and references to it mean the holder.
+    IF v_waits OR on_dependency_failure IS NOT NULL THEN
+        PERFORM pgsched._depend(v_final, v_shard_list,
+                                ARRAY(SELECT CASE WHEN x.id IS NOT NULL THEN x.d END
+                                      FROM unnest(v_ids, depends_on) WITH ORDINALITY AS x(id, d, o) ORDER BY x.o),
+                                on_dependency_failure, v_now);
+    END IF;
+    RETURN QUERY SELECT x.o, x.id FROM unnest(v_final) WITH ORDINALITY AS x(id, o);
+END
+$$;
+
+
+-- functions/tg_jobs__before_insert.sql
+-- tg_jobs__before_insert
+-- contract: every row entering pgsched.jobs, by enqueue() or a plain INSERT,
+-- gets its defaults, its validation and its wake-up here, so all paths behave
+-- alike. A repeated idempotency key skips the row (INSERT 0 0) and keeps the
+-- existing job; enqueue() then returns that job's id. A repeated key with
+-- another task or other args raises PS422 (see _key_holder); a refused value
+-- raises naming its column and value (see _check_job), not a partition.
+--
+-- Two triggers call it (30_triggers.sql). For a writer other than the
+-- schema's owner (TG_ARGV[0] = 'untrusted': a plain INSERT by an
+-- application) the database also assigns the id and stamps created_at,
+-- whatever the INSERT said, and a schedule link and the command task are
+-- refused (_check_command_task): only the owner's
+-- functions (retry, the scanners' add_occurrences) set those. The shard, the
+-- partition key, cannot change in a row trigger; pgsched_enqueue may name
+-- only the columns a user chooses (90_grants.sql), so it comes from the
+-- column default.
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_limit integer;
+    v_default_attempts integer;
+BEGIN
+    SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
+
+    IF TG_ARGV[0] = 'untrusted' THEN
+        PERFORM pgsched._check_command_task(NEW.task, 'INSERT INTO pgsched.jobs');
+        IF NEW.schedule IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: schedule is set by the scanners, not by an INSERT'
+                USING ERRCODE = 'insufficient_privilege', SCHEMA = 'pgsched', TABLE = 'jobs', COLUMN = 'schedule';
+        END IF;
+        -- A copied id would give two active rows one identity (on two shards).
+        NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
+        NEW.created_at := v_now;
+        -- Before the key is looked at, so another tenant's keys reveal nothing
+        -- (row-level security checks the row itself after this trigger).
+        IF NEW.idempotency_key IS NOT NULL THEN
+            PERFORM pgsched._check_tenant(NEW.tenant);
+        END IF;
+    END IF;
+
+    -- A new job starts from nothing, whatever the INSERT said.
+    NEW.attempt := 0;
+    NEW.lease_token := NULL;
+    NEW.leased_by := NULL;
+    NEW.lease_expires_at := NULL;
+    NEW.started_at := NULL;
+    NEW.claimed_at := NULL;
+    NEW.cancel_requested_at := NULL;
+    NEW.last_error := NULL;
+    -- Occurrences of schedules always pass through promotion, which applies
+    -- the schedule's overlap policy.
+    NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
+
+    PERFORM pgsched._check_job(NEW.task, NEW.queue, NEW.args, NEW.priority, NEW.run_at, NEW.max_attempts,
+                               NEW.idempotency_key, NEW.labels, NEW.tenant);
+    IF NEW.timeout IS NOT NULL OR NEW.concurrency_key IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(NEW.timeout, NEW.concurrency_key);
+    END IF;
+    PERFORM pgsched._check_payload(NEW.args, v_limit);
+
+    IF NEW.max_attempts IS NULL THEN
+        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
+        NEW.max_attempts := coalesce(NEW.max_attempts, v_default_attempts);
+    END IF;
+
+    IF NEW.idempotency_key IS NOT NULL THEN
+        -- The key row is the lock: a concurrent insert of the same key waits
+        -- here for the first one's commit, then sees the conflict. A redrive
+        -- of the same job (retry()) re-activates its own key; a key whose
+        -- retention ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (NEW.idempotency_key, NEW.tenant, NEW.id, NEW.shard, v_now)
+        ON CONFLICT (key, tenant) DO UPDATE
+            SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
+            WHERE k.job_id = NEW.id OR k.expires_at < v_now;
+        IF NOT FOUND THEN
+            IF NEW.schedule IS NULL THEN
+                PERFORM pgsched._key_holder(NEW.idempotency_key, NEW.task, NEW.args, NULL, NEW.tenant);
+            END IF;
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    IF NEW.state = 'available' THEN
+        -- Delivered at commit; identical notifications in one transaction
+        -- are folded into one by PostgreSQL, so a batch sends one per queue.
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', NEW.queue);
+    ELSE
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- New functions are new objects: the privileges of sql/90_grants.sql.
+REVOKE EXECUTE ON FUNCTION pgsched._check_run_options(interval, text, bigint), pgsched.enqueue_many FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgsched.enqueue_many TO pgsched_enqueue;
