@@ -59,12 +59,17 @@ def venv_python(venv: str = "main") -> Path:
     return VENVS[venv] / "bin" / "python"
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    return str(path.relative_to(REPO_DIR)) if path.is_relative_to(REPO_DIR) else str(path)
+
+
 def venv_note(venv: str) -> str:
     """Why the virtualenv ``venv`` is not usable ("" when it is)."""
     if venv_python(venv).exists():
         return ""
     note = load_stamp().get("notes", {}).get(f"venv-{venv}")
-    return str(note) if note else f"{VENVS[venv].relative_to(REPO_DIR)} does not exist (run python bench/run.py)"
+    return str(note) if note else f"{_shown(VENVS[venv])} does not exist (run python bench/run.py)"
 
 
 def _digest(path: Path) -> str | None:
@@ -230,7 +235,7 @@ def _ensure_py312_venv(*, refresh: bool) -> str:
                 f"no Python >= {wanted} on this machine (looked for python{wanted}…python3.19 on PATH and "
                 f"~/.pyenv/versions/3.1[2-9]*); Oban for Python needs one"
             )
-        _say(f"creating {venv_dir.relative_to(REPO_DIR)} with {base}")
+        _say(f"creating {_shown(venv_dir)} with {base}")
         shutil.rmtree(venv_dir, ignore_errors=True)
         done = subprocess.run([base, "-m", "venv", str(venv_dir)], capture_output=True, text=True, check=False)
         if done.returncode != 0 or not python.exists():
@@ -240,20 +245,20 @@ def _ensure_py312_venv(*, refresh: bool) -> str:
         (venv_dir / ".gitignore").write_text("*\n", encoding="utf-8")
     version = _python_version(str(python))
     if version is None or version < PY312_MINIMUM:
-        return f"{python} does not run as Python >= {wanted} (delete {venv_dir.relative_to(REPO_DIR)} to rebuild it)"
+        return f"{python} does not run as Python >= {wanted} (delete {_shown(venv_dir)} to rebuild it)"
 
     stamp = {} if refresh else load_stamp(PY312_VENV)
     requirements_digest = _digest(PY312_REQUIREMENTS)
     pyproject_digest = _digest(REPO_DIR / "pyproject.toml")
     if stamp.get("requirements") != requirements_digest:
-        _say(f"installing {PY312_REQUIREMENTS.name} into {venv_dir.relative_to(REPO_DIR)}")
+        _say(f"installing {PY312_REQUIREMENTS.name} into {_shown(venv_dir)}")
         ok, tail = _pip(["-r", str(PY312_REQUIREMENTS)], PY312_VENV)
         if not ok:
             stamp_path.unlink(missing_ok=True)
             return f"pip could not install {PY312_REQUIREMENTS.name}: {tail.splitlines()[-1] if tail else '?'}"
         stamp["requirements"] = requirements_digest
     if pyproject_digest is not None and stamp.get("pgsched") != pyproject_digest:
-        _say(f"installing pgsched (editable) into {venv_dir.relative_to(REPO_DIR)}")
+        _say(f"installing pgsched (editable) into {_shown(venv_dir)}")
         ok, tail = _pip(["-e", str(REPO_DIR)], PY312_VENV)
         if not ok:
             stamp.pop("pgsched", None)
