@@ -118,8 +118,13 @@ class Runner:
         self._current: subprocess.Popen[bytes] | None = None
         self.noise = ForeignCpu(None)
 
-    def request(self, name: str, payload: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        """Run one request; returns the result document (status ok/error)."""
+    def request(
+        self, name: str, payload: dict[str, Any], timeout: float | None = None, *, venv: str = "main"
+    ) -> dict[str, Any]:
+        """Run one request with the interpreter of virtualenv ``venv``; return the result document (status ok/error).
+
+        The measurement's worker processes are spawned by it, so they run with the same interpreter.
+        """
         timeout = timeout or self.timeout
         work = self.run_dir / name
         work.mkdir(parents=True, exist_ok=True)
@@ -131,7 +136,7 @@ class Runner:
         env = dict(os.environ, PYTHONPATH=str(bootstrap.REPO_DIR), PYTHONUNBUFFERED="1")
         with (work / "measure.log").open("wb") as log:
             proc = subprocess.Popen(
-                [str(bootstrap.venv_python()), "-m", "bench.harness.measure", str(request_path), str(result_path)],
+                [str(bootstrap.venv_python(venv)), "-m", "bench.harness.measure", str(request_path), str(result_path)],
                 cwd=bootstrap.REPO_DIR,
                 env=env,
                 stdout=log,
@@ -178,6 +183,31 @@ class Runner:
         self._current = None
 
 
+def _probe(runner: Runner, systems: dict[str, System]) -> dict[str, dict[str, Any]]:
+    """Each system's capabilities, probed by the interpreter of its own virtualenv.
+
+    A virtualenv that could not be built (no suitable Python) marks its systems
+    missing, with the reason the bootstrap recorded.
+    """
+    caps: dict[str, dict[str, Any]] = {}
+    for venv in dict.fromkeys(system.venv for system in systems.values()):
+        names = [name for name, system in systems.items() if system.venv == venv]
+        note = bootstrap.venv_note(venv)
+        if note:
+            if venv == "main":
+                raise SystemExit(f"the benchmark virtualenv is not usable: {note}")
+            caps |= {name: {"missing": note} for name in names}
+            continue
+        probe = runner.request(f"probe-{venv}", {"kind": "probe", "systems": names}, venv=venv)
+        if probe["status"] != "ok":
+            if venv == "main":
+                raise SystemExit(f"probing the systems failed: {probe.get('error')}")
+            caps |= {name: {"missing": f"probing in {venv} failed: {probe.get('error')}"} for name in names}
+            continue
+        caps |= probe["result"]
+    return caps
+
+
 def _start_server(args: argparse.Namespace) -> Server:
     if args.dsn:
         return ExistingServer(args.dsn)
@@ -200,6 +230,7 @@ def _install_schemas(runner: Runner, server: Server, state: report.RunState) -> 
         result = runner.request(
             f"install-{name}",
             {"kind": "install", "system": name, "dsn": server.dsn(system.database), "caps": caps},
+            venv=system.venv,
         )
         if result["status"] != "ok":
             caps["missing"] = f"schema install failed: {result.get('error')}"
@@ -250,6 +281,7 @@ def _run_rounds(runner: Runner, server: Server, state: report.RunState, *, wait_
                             "caps": caps[name],
                         },
                         timeout=scenario.timeout_s(opts),
+                        venv=systems[name].venv,
                     )
                     state.record(r, case, result)
                     if result["status"] == "ok":
@@ -307,10 +339,7 @@ def main(argv: list[str]) -> int:
     stamp = bootstrap.load_stamp()
     notes: list[str] = [f"{k}: {v}" for k, v in sorted(stamp.get("notes", {}).items())]
 
-    probe = runner.request("probe", {"kind": "probe"})
-    if probe["status"] != "ok":
-        raise SystemExit(f"probing the systems failed: {probe.get('error')}")
-    caps: dict[str, dict[str, Any]] = probe["result"]
+    caps = _probe(runner, systems)
 
     state = report.RunState(
         opts=opts,

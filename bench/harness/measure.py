@@ -18,10 +18,17 @@ from pathlib import Path
 from typing import Any
 
 
-def _probe() -> dict[str, Any]:
+def _probe(request: dict[str, Any]) -> dict[str, Any]:
+    """Capabilities of the requested systems (all of them by default), as this interpreter finds them."""
+    import platform
+
     from bench.systems import SYSTEMS, get_system
 
-    return {name: get_system(name).probe() for name in SYSTEMS}
+    caps = {name: get_system(name).probe() for name in request.get("systems") or SYSTEMS}
+    for found in caps.values():
+        if "versions" in found:
+            found["interpreter"] = platform.python_version()
+    return caps
 
 
 def _install(request: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +65,7 @@ def main(argv: list[str]) -> int:
     try:
         kind = request["kind"]
         if kind == "probe":
-            payload = _probe()
+            payload = _probe(request)
         elif kind == "install":
             payload = _install(request)
         elif kind == "case":

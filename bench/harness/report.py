@@ -188,6 +188,19 @@ def foreign_cpu(state: RunState) -> tuple[float, float] | None:
     return statistics.median(samples), max(samples)
 
 
+def other_venvs(state: RunState) -> dict[str, dict[str, Any]]:
+    """Interpreter and package versions of each virtualenv besides bench/.venv, as its systems' probes found them."""
+    venvs: dict[str, dict[str, Any]] = {}
+    for name, system in state.systems.items():
+        caps = state.caps.get(name, {})
+        if system.venv == "main" or "versions" not in caps:
+            continue
+        entry = venvs.setdefault(system.venv, {"python": caps.get("interpreter", "?"), "packages": {}, "systems": []})
+        entry["packages"] |= caps["versions"]
+        entry["systems"].append(system.title)
+    return venvs
+
+
 def metadata(state: RunState) -> dict[str, Any]:
     """What the results files say about where and how they were measured."""
     return {
@@ -196,6 +209,7 @@ def metadata(state: RunState) -> dict[str, Any]:
         "postgres": state.server,
         "machine": machine(),
         "packages": distribution_versions(PACKAGES),
+        "other_venvs": other_venvs(state),
         "git": git_revision(),
         "wall_s": round(state.wall_s, 1),
         "interrupted": state.interrupted,
@@ -223,6 +237,11 @@ def render(state: RunState) -> str:
         f"{meta['machine']['memory_gib']} GiB; {meta['machine']['os']}; "
         f"Python {meta['machine']['python']}",
         "- packages: " + ", ".join(f"{k} {v}" for k, v in meta["packages"].items()),
+        *(
+            f"- bench/.venv-{venv} ({', '.join(entry['systems'])}): Python {entry['python']}, "
+            + ", ".join(f"{k} {v}" for k, v in entry["packages"].items())
+            for venv, entry in meta["other_venvs"].items()
+        ),
         f"- pgsched at git {meta['git']}",
         f"- rounds: {opts.rounds}{' (quick)' if opts.quick else ''}; wall time {fmt_duration(state.wall_s)}",
     ]

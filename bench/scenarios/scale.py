@@ -17,8 +17,10 @@ and ``pgsched.next_due()``, which the scanner and idle workers call; (2) the
 ``pgsched worker`` drains N' due jobs at its defaults and at concurrency 100.
 Ratios are against the empty table of the same round.
 
-PgQueuer (asyncpg) gets the far-future backlog too (``execute_after`` of 30
-days), drained at its default batch size.
+PgQueuer (asyncpg) and Oban for Python get the far-future backlog too
+(PgQueuer: ``execute_after`` of 30 days; Oban: the rows its insert writes for
+a job due in 30 days, inserted set-based, as its ``enqueue_many`` writes one
+row per statement), drained at their default configuration.
 """
 
 from __future__ import annotations
@@ -53,9 +55,12 @@ BACKLOGS = {
     "scheduled": "{n} far-future jobs in pgsched.jobs",
     "history": "{n} finished jobs in pgsched.job_history",
 }
-PEER_BACKLOGS = {"none": "empty", "scheduled": "{n} far-future jobs (execute_after 30 days)"}
-#: Peers that get the far-future backlog (cheap to build for them).
-PEERS = ("pgqueuer",)
+PEER_BACKLOGS = {"none": "empty", "scheduled": "{n} far-future jobs ({how})"}
+#: Peers that get the far-future backlog (cheap to build for them), and how it is built.
+PEERS = {
+    "pgqueuer": "execute_after 30 days",
+    "oban": "state scheduled, due in 30 days, inserted set-based",
+}
 WARMUP_CLAIMS = 20
 PROMOTE_CALLS = 50
 
@@ -150,7 +155,7 @@ class ScaleScenario(Scenario):
                 scenario=self.name,
                 system=system.name,
                 id=backlog,
-                label=label.format(n=n),
+                label=label.format(n=n, how=PEERS.get(system.name, "")),
                 group=system.name,
                 params={"backlog": backlog, "n": opts.backlog_jobs},
             )

@@ -1,7 +1,8 @@
 """The interface every benchmarked system implements, and the small types it trades in.
 
-A system is measured in fresh subprocesses of the benchmark venv; the methods
-below run there. The orchestrator only reads the declarative parts (names,
+A system is measured in fresh subprocesses of a benchmark venv (``venv``:
+bench/.venv, or bench/.venv-py312 for a peer that needs Python >= 3.12); the
+methods below run there. The orchestrator only reads the declarative parts (names,
 variants, configurations) and never imports a system's library.
 
 Every system runs the same no-op task, named ``noop``, whose only argument is a
@@ -81,6 +82,9 @@ class System(abc.ABC):
     modules: tuple[str, ...] = ()
     #: Distributions whose versions the results record.
     distributions: tuple[str, ...] = ()
+    #: The benchmark virtualenv whose interpreter runs this system's probe, schema install,
+    #: measurements and worker processes (a key of ``bench.harness.bootstrap.VENVS``).
+    venv: str = "main"
     #: Tables emptied before every measurement.
     truncate_tables: tuple[str, ...] = ()
     #: SQL returning one boolean: is any job not yet finished and persisted?
@@ -98,9 +102,10 @@ class System(abc.ABC):
 
     def probe(self) -> Caps:
         """Versions and capabilities, found in the venv; ``{"missing": reason}`` if unusable."""
+        venv = "bench/.venv" if self.venv == "main" else f"bench/.venv-{self.venv}"
         for module in self.modules:
             if importlib.util.find_spec(module) is None:
-                return {"missing": f"{module} is not installed in bench/.venv"}
+                return {"missing": f"{module} is not installed in {venv}"}
         return {"versions": distribution_versions(self.distributions)}
 
     def skip_reason(self, scenario: str, caps: Caps) -> str | None:
