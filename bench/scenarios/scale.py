@@ -55,7 +55,7 @@ BACKLOGS = {
 }
 PEER_BACKLOGS = {"none": "empty", "scheduled": "{n} far-future jobs (execute_after 30 days)"}
 #: Peers that get the far-future backlog (cheap to build for them).
-PEERS = ("pgqueuer",)
+PEERS = ("pgqueuer", "dbos")
 WARMUP_CLAIMS = 20
 PROMOTE_CALLS = 50
 

@@ -18,6 +18,7 @@ SYSTEMS: dict[str, str] = {
     "pgqueuer": "bench.systems.pgqueuer:ASYNCPG",
     "pgqueuer-psycopg": "bench.systems.pgqueuer:PSYCOPG",
     "chancy": "bench.systems.chancy:SYSTEM",
+    "dbos": "bench.systems.dbos:SYSTEM",
 }
 
 
