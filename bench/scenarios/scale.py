@@ -17,8 +17,8 @@ and ``pgsched.next_due()``, which the scanner and idle workers call; (2) the
 ``pgsched worker`` drains N' due jobs at its defaults and at concurrency 100.
 Ratios are against the empty table of the same round.
 
-PgQueuer (asyncpg) gets the far-future backlog too (``execute_after`` of 30
-days), drained at its default batch size.
+PgQueuer (asyncpg) and DBOS get the far-future backlog too (``execute_after``,
+``delay_seconds`` of 30 days), drained at their default configuration.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ BACKLOGS = {
     "scheduled": "{n} far-future jobs in pgsched.jobs",
     "history": "{n} finished jobs in pgsched.job_history",
 }
-PEER_BACKLOGS = {"none": "empty", "scheduled": "{n} far-future jobs (execute_after 30 days)"}
+PEER_BACKLOGS = {"none": "empty", "scheduled": "{n} far-future jobs (due in 30 days)"}
 #: Peers that get the far-future backlog (cheap to build for them).
 PEERS = ("pgqueuer", "dbos")
 WARMUP_CLAIMS = 20

@@ -82,7 +82,7 @@ def _config(dsn: str, executor_id: str) -> Any:
 
 @contextlib.contextmanager
 def open_client(dsn: str) -> Iterator[DBOSClient]:
-    """A DBOSClient acting for the benchmark app, destroyed on exit."""
+    """A DBOSClient acting for the benchmark app (DBOS builds its engine); destroyed on exit."""
     from dbos import DBOSClient
 
     client = DBOSClient(system_database_url=dsn, application_name=APP)
@@ -92,11 +92,25 @@ def open_client(dsn: str) -> Iterator[DBOSClient]:
         client.destroy()
 
 
-def _engine(dsn: str) -> sa.Engine:
-    """A SQLAlchemy engine on the system database, for ``enqueue_in_transaction``."""
-    import sqlalchemy as sa
+@contextlib.contextmanager
+def open_client_engine(dsn: str) -> Iterator[tuple[DBOSClient, sa.Engine]]:
+    """A DBOSClient on an engine of ours, and that engine, for ``enqueue_in_transaction``.
 
-    return sa.create_engine(sa.make_url(dsn).set(drivername="postgresql+psycopg"), pool_size=1)
+    The transactions come from the client's own engine: DBOS reuses its compiled
+    INSERTs only on a connection of the dialect it compiled them for.
+    """
+    import sqlalchemy as sa
+    from dbos import DBOSClient
+
+    engine = sa.create_engine(sa.make_url(dsn).set(drivername="postgresql+psycopg"), pool_size=2)
+    try:
+        client = DBOSClient(system_database_engine=engine, application_name=APP)
+        try:
+            yield client, engine
+        finally:
+            client.destroy()
+    finally:
+        engine.dispose()
 
 
 def _options(workflow_id: str | None = None, delay_s: float | None = None) -> EnqueueOptions:
@@ -110,17 +124,13 @@ def _options(workflow_id: str | None = None, delay_s: float | None = None) -> En
 
 def _enqueue_batches(dsn: str, jobs: list[tuple[int, float | None]], batch: int, *, ids: bool = False) -> None:
     """Enqueue ``(i, delay seconds or None)`` jobs, ``batch`` workflows per transaction."""
-    engine = _engine(dsn)
-    try:
-        with open_client(dsn) as client:
-            for r in chunks(len(jobs), batch):
-                with engine.begin() as conn:
-                    for k in r:
-                        i, delay = jobs[k]
-                        workflow_id = f"bench-{i}" if ids else None
-                        client.enqueue_in_transaction(conn, _options(workflow_id, delay), i)
-    finally:
-        engine.dispose()
+    with open_client_engine(dsn) as (client, engine):
+        for r in chunks(len(jobs), batch):
+            with engine.begin() as conn:
+                for k in r:
+                    i, delay = jobs[k]
+                    workflow_id = f"bench-{i}" if ids else None
+                    client.enqueue_in_transaction(conn, _options(workflow_id, delay), i)
 
 
 class DBOSSystem(System):
@@ -178,24 +188,22 @@ class DBOSSystem(System):
     @staticmethod
     def _enqueue(dsn: str, batch: int, n: int) -> float:
         options = _options()
-        with open_client(dsn) as client:
-            if batch == 1:
+        if batch == 1:
+            with open_client(dsn) as client:
                 started = time.perf_counter()
                 for i in range(n):
                     client.enqueue(options, i)
                 return time.perf_counter() - started
-            engine = _engine(dsn)
-            try:
-                with engine.connect():
-                    pass  # the connection is opened before the clock starts
-                started = time.perf_counter()
-                for r in chunks(n, batch):
-                    with engine.begin() as conn:
-                        for i in r:
-                            client.enqueue_in_transaction(conn, options, i)
-                return time.perf_counter() - started
-            finally:
-                engine.dispose()
+        with open_client_engine(dsn) as (client, engine):
+            with engine.connect() as conn:
+                client.enqueue_in_transaction(conn, options, -1)  # connects and compiles before the clock
+                conn.rollback()
+            started = time.perf_counter()
+            for r in chunks(n, batch):
+                with engine.begin() as conn:
+                    for i in r:
+                        client.enqueue_in_transaction(conn, options, i)
+            return time.perf_counter() - started
 
     async def prefill(self, dsn: str, n: int, caps: Caps) -> None:
         await asyncio.to_thread(_enqueue_batches, dsn, [(i, None) for i in range(n)], PREFILL_BATCH)
@@ -287,14 +295,10 @@ class DBOSSystem(System):
     def _enqueue_at(dsn: str, jobs: list[tuple[int, datetime]]) -> None:
         # delay_seconds is relative to the client's clock when the status row is built: the
         # stored delay_until_epoch_ms (due_times_sql) is what the lag is measured from.
-        engine = _engine(dsn)
-        try:
-            with open_client(dsn) as client, engine.begin() as conn:
-                for i, at in jobs:
-                    delay = max(0.0, (at - datetime.now(UTC)).total_seconds())
-                    client.enqueue_in_transaction(conn, _options(f"bench-{i}", delay), i)
-        finally:
-            engine.dispose()
+        with open_client_engine(dsn) as (client, engine), engine.begin() as conn:
+            for i, at in jobs:
+                delay = max(0.0, (at - datetime.now(UTC)).total_seconds())
+                client.enqueue_in_transaction(conn, _options(f"bench-{i}", delay), i)
 
     def run_worker(self, dsn: str, config: DrainConfig, ctx: WorkerContext, caps: Caps) -> None:
         global hit
