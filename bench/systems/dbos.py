@@ -3,8 +3,9 @@
 A job is one workflow named ``noop`` on the queue ``bench``, enqueued from
 outside the app with ``DBOSClient.enqueue`` (one by one) or
 ``DBOSClient.enqueue_in_transaction`` (a batch: DBOS has no multi-row enqueue,
-so a batch is one transaction with one status row written per workflow). It is
-finished when its row in ``dbos.workflow_status`` says ``SUCCESS``.
+so a batch is one transaction, still with a status row and an inputs row
+inserted per workflow). It is finished when its row in ``dbos.workflow_status``
+says ``SUCCESS``.
 
 The system database is the one the harness gives the system: ``DBOS.launch()``
 creates and migrates DBOS's schema there (``install``). The queue's
@@ -45,7 +46,7 @@ VERSION = "bench"
 DEFAULT_POLLING_S = 1.0
 #: The shortest polling interval the tuned rows use (seconds).
 FAST_POLLING_S = 0.01
-#: Workflows a batch enqueue writes in one transaction (the prefills too).
+#: Workflows per transaction in the prefills.
 PREFILL_BATCH = 1000
 
 
@@ -122,15 +123,14 @@ def _options(workflow_id: str | None = None, delay_s: float | None = None) -> En
     return options
 
 
-def _enqueue_batches(dsn: str, jobs: list[tuple[int, float | None]], batch: int, *, ids: bool = False) -> None:
+def _enqueue_batches(dsn: str, jobs: list[tuple[int, float | None]], batch: int) -> None:
     """Enqueue ``(i, delay seconds or None)`` jobs, ``batch`` workflows per transaction."""
     with open_client_engine(dsn) as (client, engine):
         for r in chunks(len(jobs), batch):
             with engine.begin() as conn:
                 for k in r:
                     i, delay = jobs[k]
-                    workflow_id = f"bench-{i}" if ids else None
-                    client.enqueue_in_transaction(conn, _options(workflow_id, delay), i)
+                    client.enqueue_in_transaction(conn, _options(delay_s=delay), i)
 
 
 class DBOSSystem(System):
