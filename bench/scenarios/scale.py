@@ -17,10 +17,11 @@ and ``pgsched.next_due()``, which the scanner and idle workers call; (2) the
 ``pgsched worker`` drains N' due jobs at its defaults and at concurrency 100.
 Ratios are against the empty table of the same round.
 
-PgQueuer (asyncpg) and Oban for Python get the far-future backlog too
+PgQueuer (asyncpg), Oban for Python and DBOS get the far-future backlog too
 (PgQueuer: ``execute_after`` of 30 days; Oban: the rows its insert writes for
 a job due in 30 days, inserted set-based, as its ``enqueue_many`` writes one
-row per statement), drained at their default configuration.
+row per statement; DBOS: ``delay_seconds`` of 30 days), drained at their
+default configuration.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ PEER_BACKLOGS = {"none": "empty", "scheduled": "{n} far-future jobs ({how})"}
 PEERS = {
     "pgqueuer": "execute_after 30 days",
     "oban": "state scheduled, due in 30 days, inserted set-based",
+    "dbos": "delay_seconds 30 days",
 }
 WARMUP_CLAIMS = 20
 PROMOTE_CALLS = 50

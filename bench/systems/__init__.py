@@ -19,6 +19,7 @@ SYSTEMS: dict[str, str] = {
     "pgqueuer-psycopg": "bench.systems.pgqueuer:PSYCOPG",
     "chancy": "bench.systems.chancy:SYSTEM",
     "oban": "bench.systems.oban:SYSTEM",
+    "dbos": "bench.systems.dbos:SYSTEM",
 }
 
 
