@@ -188,7 +188,7 @@ def test_worker_runs_it(dsn: str, start_worker: Any, monkeypatch: pytest.MonkeyP
     running = start_worker(vacuum_interval=0.3)
     vacuumer = wait_for(lambda: running.worker._vacuumer, what="the worker's vacuum thread")
     make_dead_rows(dsn)
-    wait_for(lambda: vacuumer.vacuums > 0, timeout=20, what="the worker's first vacuum")
+    wait_for(lambda: vacuumer.vacuums > 0, timeout=60, what="the worker's first vacuum")
     running.stop()
     assert not vacuumer._thread.is_alive()
 
