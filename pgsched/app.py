@@ -651,10 +651,15 @@ def _job_params(spec: JobSpec) -> tuple[Any, ...]:
     )
 
 
+def _timeout_interval(spec: JobSpec) -> timedelta | None:
+    """The job's own timeout as the interval the SQL functions take (None: the task's, else none)."""
+    return None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout"))
+
+
 def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
     return (
         *_job_params(spec),
-        None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout")),
+        _timeout_interval(spec),
         _dependency_ids(spec) or None,
         spec.on_dependency_failure,
         trace_context,
@@ -751,12 +756,7 @@ def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
 
 
 def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
-    timeouts = None
-    if any(s.timeout is not None for s in specs):
-        timeouts = [
-            None if s.timeout is None else timedelta(seconds=check_timeout(s.timeout, f"timeout of batch job {n}"))
-            for n, s in enumerate(specs, 1)
-        ]
+    timeouts = [_timeout_interval(s) for s in specs] if any(s.timeout is not None for s in specs) else None
     keys = [s.concurrency_key for s in specs] if any(s.concurrency_key is not None for s in specs) else None
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
     return (
