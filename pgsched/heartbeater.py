@@ -66,7 +66,7 @@ class Heartbeater:
         self.cancel_polls = 0
         self._kick = threading.Event()
         self._last_ok = time.monotonic()
-        self._in_flight = False  # a beat() is waiting for the database
+        self._in_flight = False  # a beat() or a cancel poll is waiting for the database
         self.beats = 0
         self._thread = threading.Thread(target=self._loop, name="pgsched-heartbeat", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name="pgsched-heartbeat-watchdog", daemon=True)
@@ -135,7 +135,11 @@ class Heartbeater:
         def run(conn: psycopg.Connection[Any]) -> list[tuple[int]]:
             return conn.execute(queries.CANCELS_REQUESTED, ([p[0] for p in pairs], [p[1] for p in pairs])).fetchall()
 
-        rows = self._db.call(run)
+        self._in_flight = True  # a poll that hangs holds up the beats just as a hung beat does
+        try:
+            rows = self._db.call(run)
+        finally:
+            self._in_flight = False
         self.cancel_polls += 1
         for (job_id,) in rows:
             self._on_cancel(job_id)

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from pgsched import App, JobContext
+from pgsched.heartbeater import Heartbeater
 from tests.integration.conftest import Running, events, job, wait_for, wait_state
 
 StartWorker = Callable[..., Running]
@@ -259,3 +260,40 @@ def test_completion_with_a_stale_token_is_rejected_and_logged(
     assert wait_state(conn, job_id, "completed")["result"] == "second owner"
     assert any("rejected" in r.getMessage() and str(job_id) in r.getMessage() for r in caplog.records)
     assert [e["worker"] for e in events(conn, job_id, "completed")] == ["other-worker"]
+
+
+def test_a_hung_cancel_poll_still_tells_the_handlers_within_a_lease(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Without LISTEN the heartbeat thread also polls for cancels; a poll that hangs (a partition, a frozen
+    server) holds up the beats as much as a hung beat does, so the watchdog must count it too."""
+    job_id = conn.execute("SELECT pgsched.enqueue('hb.hang', '{}') AS id").fetchone()["id"]  # type: ignore[index]
+    token = conn.execute(
+        "SELECT lease_token FROM pgsched.claim('hb', ARRAY['default'], 1, interval '1 hour')"
+    ).fetchone()["lease_token"]  # type: ignore[index]
+    lost = threading.Event()
+    lease = 1.5
+    beater = Heartbeater(
+        dsn,
+        worker="hb",
+        lease=lease,
+        interval=1.0,
+        held=lambda: [(job_id, token)],
+        on_lost=lambda _job: lost.set(),
+        on_cancel=lambda _job: None,
+        stop=threading.Event(),
+        listening=lambda: False,
+        cancel_poll=0.1,
+    )
+    beater.start()
+    with psycopg.connect(dsn) as locker:
+        try:
+            wait_for(lambda: beater.beats >= 1 and beater.cancel_polls >= 1, what="a beat and a cancel poll")
+            polls = beater.cancel_polls
+            wait_for(lambda: beater.cancel_polls > polls, what="the next cancel poll")
+            # Freeze every statement on the jobs table right after a poll: the next call is a poll, and it hangs.
+            locker.execute("LOCK TABLE pgsched.jobs IN ACCESS EXCLUSIVE MODE")
+            frozen = time.monotonic()
+            assert lost.wait(lease + 5.0), "the handlers were never told while the cancel poll hung"
+            assert time.monotonic() - frozen >= lease - 1.0  # told for the silence, not by a heartbeat's answer
+        finally:
+            locker.rollback()
+            beater.close()
