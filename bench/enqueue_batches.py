@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 
 from pgsched import App
-from pgsched.task import JobSpec
+from pgsched.core.task import JobSpec
 
 
 def batches(kind: str, n: int, size: int) -> list[list[JobSpec]]:

@@ -97,7 +97,7 @@ def _cpu_ns(pid: int) -> int:
 
 
 def install(dsn: str, case: str, statements: list[str]) -> None:
-    from pgsched import schema
+    from pgsched.db import schema
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.install_fresh(conn, shards=8)

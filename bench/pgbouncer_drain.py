@@ -28,7 +28,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pgsched import schema
+from pgsched.db import schema
 from tests.chaos.checker import check
 from tests.chaos.cluster import Cluster, wait_ready
 from tests.chaos.conftest import Env

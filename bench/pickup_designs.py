@@ -49,7 +49,7 @@ RAW_CLAIM = (
 
 
 def install(dsn: str) -> None:
-    from pgsched import schema
+    from pgsched.db import schema
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.install_fresh(conn, shards=8)

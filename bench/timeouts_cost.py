@@ -33,7 +33,7 @@ import psycopg
 
 from bench.harness.postgres import EmbeddedServer, LocalCluster, create_databases
 from bench.scenarios.base import percentile
-from pgsched import schema
+from pgsched.db import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "bench.apps.pgsched_app:app"

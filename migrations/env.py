@@ -1,6 +1,6 @@
 """Alembic environment for pgsched: no ORM metadata; revisions run frozen SQL files.
 
-The DSN comes from the caller (pgsched.schema.migrate passes it in the config's
+The DSN comes from the caller (pgsched.db.schema.migrate passes it in the config's
 attributes) or, for the plain `alembic` command, from `-x dsn=...` or
 PGSCHED_DSN. A session advisory lock serializes concurrent migrations.
 """

@@ -31,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 
 def sql_hashes() -> dict[str, str]:
-    from pgsched.schema import install_files
+    from pgsched.db.schema import install_files
 
     return {str(p.relative_to(SQL)): hashlib.sha256(p.read_bytes()).hexdigest() for p in install_files()}
 
 
 def refreeze_initial() -> None:
-    from pgsched.schema import install_script
+    from pgsched.db.schema import install_script
 
     body = install_script().split("\n", 1)[1]
     (VERSIONS / "0001_initial.up.sql").write_text(

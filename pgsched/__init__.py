@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pgsched.app import App
+from pgsched.api.app import App
+from pgsched.api.events import Event
+from pgsched.api.handle import JobHandle, JobStatus
+from pgsched.core.job import ClaimedJob, JobContext, JobState, current_job
+from pgsched.core.task import JobSpec, Ref, Task
 from pgsched.errors import (
     ConfigurationError,
     DatabaseError,
@@ -27,9 +31,6 @@ from pgsched.errors import (
     TaskNotRegistered,
     WorkerStopping,
 )
-from pgsched.handle import JobHandle, JobStatus
-from pgsched.job import ClaimedJob, JobContext, JobState, current_job
-from pgsched.task import JobSpec, Ref, Task
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "ClaimedJob",
     "ConfigurationError",
     "DatabaseError",
+    "Event",
     "GiveUp",
     "IdempotencyConflict",
     "InvalidJob",

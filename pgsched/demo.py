@@ -20,10 +20,10 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.app import App
+from pgsched.api.app import App
+from pgsched.core.job import JobContext
+from pgsched.core.task import JobSpec
 from pgsched.errors import PgschedError
-from pgsched.job import JobContext
-from pgsched.task import JobSpec
 
 app = App(name="pgsched-demo")
 

@@ -29,8 +29,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgsched import schema
-from pgsched.app import App
+from pgsched.api.app import App
+from pgsched.db import schema
 
 ENV = "PGSCHED_TESTING_DSN"
 # Settings, not data: kept between tests.
@@ -113,7 +113,7 @@ def pgsched_app(
     """Your App (ini ``pgsched_app``) or a new one, pointed at the test database for this test."""
     reference = request.config.getini("pgsched_app")
     if reference:
-        from pgsched.loader import load_app
+        from pgsched.api.loader import load_app
 
         app = load_app(str(reference))
     else:

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from pgsched import App, schema
+from pgsched import App
+from pgsched.db import schema
 from tests.pgserver import database_dsn, test_server
 
 TEMPLATE = "pgsched_template"

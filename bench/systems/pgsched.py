@@ -98,7 +98,7 @@ class PgschedSystem(System):
         try:
             import pgsched
             from pgsched.cli import main as cli_main  # noqa: F401 - the worker command's group
-            from pgsched.worker import Worker  # noqa: F401
+            from pgsched.runtime.worker import Worker  # noqa: F401
 
             caps["python"] = True
             caps["cli"] = True

@@ -9,7 +9,7 @@ import sys
 import click
 
 from pgsched.cli.common import CliState, configure_logging
-from pgsched.redact import remember
+from pgsched.observe.redact import remember
 
 COMMAND_MODULES = (
     "schema",

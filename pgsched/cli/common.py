@@ -22,7 +22,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.errors import ConfigurationError, PgschedError, from_psycopg
-from pgsched.redact import RedactingFilter, redact, remember
+from pgsched.observe.redact import RedactingFilter, redact, remember
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,7 +47,7 @@ class CliState:
     def resolve(self, *, migrate: bool = True) -> str:
         """The DSN, starting (and migrating) the embedded server when none is configured."""
         if self._resolved is None:
-            from pgsched.settings import resolve_dsn
+            from pgsched.db.settings import resolve_dsn
 
             remember(self.dsn)
             if self.dsn:

@@ -41,8 +41,8 @@ def _server_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 def _start() -> str:
     """Start (or reuse) the embedded server, migrate it, and return its DSN."""
-    from pgsched.embedded import EmbeddedServer
-    from pgsched.schema import ensure_installed
+    from pgsched.db.embedded import EmbeddedServer
+    from pgsched.db.schema import ensure_installed
 
     dsn = EmbeddedServer().start()
     ensure_installed(dsn)
@@ -50,7 +50,7 @@ def _start() -> str:
 
 
 def _status_dict() -> dict[str, object]:
-    from pgsched.embedded import EmbeddedServer
+    from pgsched.db.embedded import EmbeddedServer
 
     status = EmbeddedServer().status()
     return {
@@ -87,7 +87,7 @@ def start(as_json: bool) -> None:
 @handle_errors
 @_server_errors
 def stop(as_json: bool) -> None:
-    from pgsched.embedded import EmbeddedServer
+    from pgsched.db.embedded import EmbeddedServer
 
     server = EmbeddedServer()
     stopped = server.stop()
@@ -151,7 +151,7 @@ def dsn(no_start: bool, as_json: bool) -> None:
 @handle_errors
 @_server_errors
 def psql(psql_args: tuple[str, ...]) -> None:
-    from pgsched.embedded import EmbeddedServer
+    from pgsched.db.embedded import EmbeddedServer
 
     target = _start()
     binary = EmbeddedServer().psql_path()

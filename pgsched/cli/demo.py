@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from pgsched.cli.common import EXIT_FAILURE, emit_json, handle_errors, state
-from pgsched.redact import redact
+from pgsched.observe.redact import redact
 
 if TYPE_CHECKING:
     from pgsched.demo import Snapshot, Summary
@@ -224,8 +224,8 @@ def demo(
         return
     if scene is not None or keep:
         raise click.UsageError("--scene and --keep go with --story")
+    from pgsched.db.schema import ensure_installed
     from pgsched.demo import DemoOptions, run_demo
-    from pgsched.schema import ensure_installed
 
     started = time.monotonic()
     cli = state(ctx)

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.cli.common import duration_callback, emit_json, emit_table, handle_errors, state
-from pgsched.redact import describe, redact
+from pgsched.observe.redact import describe, redact
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -45,8 +45,8 @@ def check_connection(conn: psycopg.Connection[dict[str, Any]]) -> Check:
 
 
 def check_schema(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    from pgsched.db.schema import check_compatible
     from pgsched.errors import SchemaError
-    from pgsched.schema import check_compatible
 
     try:
         return Check("schema", OK, f"revision {check_compatible(conn)}")
@@ -204,7 +204,7 @@ def check_jobs(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list
 
 def check_unserved_labels(conn: psycopg.Connection[dict[str, Any]]) -> Check:
     """Due jobs whose labels no live worker of their queue offers: they would wait silently."""
-    from pgsched import queries
+    from pgsched.db import queries
 
     rows = conn.execute(queries.UNSERVED_LABELS).fetchall()
     if not rows:

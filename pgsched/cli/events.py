@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
+from pgsched.api.events import STATES, Event, EventFollower, EventHooks, current_position, read_events
 from pgsched.cli.common import handle_errors, state
-from pgsched.events import STATES, Event, EventFollower, EventHooks, current_position, read_events
 
 # The oldest of the last `limit` positions filed.
 _LAST_POSITIONS = """
@@ -100,7 +100,7 @@ def events(
     """
     hooks = EventHooks()
     if app_ref is not None:
-        from pgsched.loader import load_app
+        from pgsched.api.loader import load_app
 
         hooks = load_app(app_ref).event_hooks
     if since is None and position_file is not None:

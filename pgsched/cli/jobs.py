@@ -27,7 +27,7 @@ from pgsched.cli.common import (
     state,
     timestamp_callback,
 )
-from pgsched.task import PRIORITY_MAX, PRIORITY_MIN
+from pgsched.core.task import PRIORITY_MAX, PRIORITY_MIN
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -399,7 +399,7 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
 
 def _command_streams(job: dict[str, Any]) -> list[tuple[str, str]]:
     """A command job's output, shown as text blocks (the tails kept in its result); [] for other jobs."""
-    from pgsched.commands import COMMAND_TASK, OUTPUT_CAP
+    from pgsched.runtime.commands import COMMAND_TASK, OUTPUT_CAP
 
     result = job.get("result")
     if job.get("task") != COMMAND_TASK or not isinstance(result, dict) or "exit_code" not in result:

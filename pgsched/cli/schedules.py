@@ -82,7 +82,7 @@ def add(
     as_json: bool,
 ) -> None:
     """Add (or replace) schedule NAME firing TASK with ARGS_JSON at CRON (in --tz)."""
-    from pgsched import cron as cronlib
+    from pgsched.core import cron as cronlib
 
     try:
         cronlib.validate(cron, tz)
@@ -222,7 +222,7 @@ def preview(
     Occurrences affected by a DST change are marked, including those the
     gap/overlap policies skip.
     """
-    from pgsched import cron as cronlib
+    from pgsched.core import cron as cronlib
 
     spec = _lookup(ctx, name_or_cron)
     expr = spec["cron"] if spec else name_or_cron

@@ -20,7 +20,7 @@ from pgsched.cli.common import emit_json, handle_errors, state
 @handle_errors
 def migrate(ctx: click.Context, shards: int | None, revision: str, as_json: bool) -> None:
     """Install pgsched into the database, or upgrade it to the newest revision."""
-    from pgsched import schema
+    from pgsched.db import schema
 
     dsn = state(ctx).resolve(migrate=False)
     before, after = schema.migrate(dsn, shards=shards, revision=revision)

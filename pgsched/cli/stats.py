@@ -23,9 +23,9 @@ from pgsched.cli.common import (
     state,
     to_jsonable,
 )
+from pgsched.db.replica import describe, replica_state
 from pgsched.errors import PgschedError
-from pgsched.redact import redact
-from pgsched.replica import describe, replica_state
+from pgsched.observe.redact import redact
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -121,8 +121,8 @@ def format_seconds(value: float | None) -> str:
 def snapshot(conn: Conn, since: timedelta | None = None, *, replica: bool = False) -> dict[str, Any]:
     """Queues (pgsched.queue_stats) and live workers (pgsched.workers_live), read now; with since, also each
     queue's totals over that window from pgsched.queue_history; with replica, also whether the server is a
-    standby and how far behind it is (see pgsched.replica)."""
-    from pgsched import queries
+    standby and how far behind it is (see pgsched.db.replica)."""
+    from pgsched.db import queries
 
     snap = {
         "at": datetime.now().astimezone(),
@@ -172,7 +172,7 @@ def _worker_cells(row: dict[str, Any]) -> dict[str, Any]:
 
 def _dispatch_parts(snap: dict[str, Any]) -> list[RenderableType]:
     """The dispatch policies table, and a warning table for due jobs no live worker's labels can take."""
-    from pgsched.dispatch import describe
+    from pgsched.api.dispatch import describe
 
     parts: list[RenderableType] = []
     if snap.get("policies"):
@@ -378,8 +378,8 @@ def queues() -> None:
 @handle_errors
 def list_queues(ctx: click.Context, as_json: bool) -> None:
     """List queues that hold jobs, finished some in the last 5 minutes, or were paused."""
-    from pgsched import queries
-    from pgsched.dispatch import describe
+    from pgsched.api.dispatch import describe
+    from pgsched.db import queries
 
     with state(ctx).connect() as conn:
         rows = conn.execute(QUEUE_STATS).fetchall()
@@ -412,7 +412,7 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
     A name no job, task, schedule, worker or queue setting uses is refused
     (a typo would pause nothing) unless --force is given.
     """
-    from pgsched import queries
+    from pgsched.db import queries
 
     with state(ctx).connect() as conn:
         row = conn.execute(queries.IS_KNOWN_QUEUE, {"q": name}).fetchone()
@@ -471,8 +471,8 @@ def configure_queue(
       pgsched queues configure emails --clear rate
     Every worker obeys at its next claim. Needs pgsched_admin.
     """
-    from pgsched.dispatch import configure_queue as configure
-    from pgsched.dispatch import describe, parse_rate
+    from pgsched.api.dispatch import configure_queue as configure
+    from pgsched.api.dispatch import describe, parse_rate
 
     period = None
     rate_n = key_rate_n = None

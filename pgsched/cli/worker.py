@@ -12,13 +12,13 @@ import click
 
 from pgsched.cli.common import handle_errors, state
 
-RECYCLE_EXIT_CODE = 75  # pgsched.worker.RECYCLE_EXIT_CODE (not imported here: the CLI loads the worker lazily)
+RECYCLE_EXIT_CODE = 75  # pgsched.runtime.worker.RECYCLE_EXIT_CODE (not imported here: the CLI loads the worker lazily)
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
-    from pgsched.app import App
-    from pgsched.worker import WorkerOptions
+    from pgsched.api.app import App
+    from pgsched.runtime.worker import WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
@@ -201,8 +201,8 @@ def worker_options(fn: F) -> F:
 
 def _load_app(ctx: click.Context, app_ref: str | None, commands: bool, dsn: str) -> App:
     """The app whose tasks the worker runs (an empty one for --commands alone)."""
-    from pgsched.app import App
-    from pgsched.loader import load_app
+    from pgsched.api.app import App
+    from pgsched.api.loader import load_app
 
     if app_ref is None and not commands:
         raise click.UsageError("give --app MODULE:APP (your tasks), --commands (command jobs), or both", ctx)
@@ -214,7 +214,7 @@ def _load_app(ctx: click.Context, app_ref: str | None, commands: bool, dsn: str)
 def _serve_commands(app: App, worker_opts: WorkerOptions, options: dict[str, Any]) -> None:
     if not options.get("commands"):
         return
-    from pgsched.commands import CommandOptions, serve_commands
+    from pgsched.runtime.commands import CommandOptions, serve_commands
 
     serve_commands(
         app,
@@ -246,11 +246,11 @@ def _worker_options(
     commands: bool = False,
     **_: Any,
 ) -> WorkerOptions:
-    from pgsched.worker import WorkerOptions
+    from pgsched.runtime.worker import WorkerOptions
 
     served = _split(queues)
     if commands and click.get_current_context().get_parameter_source("queues") is click.core.ParameterSource.DEFAULT:
-        from pgsched.commands import COMMAND_QUEUE
+        from pgsched.runtime.commands import COMMAND_QUEUE
 
         served = [COMMAND_QUEUE] if app_ref is None else [*served, COMMAND_QUEUE]
     return WorkerOptions(
@@ -303,7 +303,7 @@ def worker(ctx: click.Context, /, app_ref: str | None, recycle: str, **options: 
     back to the queue. A second signal hands everything back at once.
     Exit codes: 0 stopped; 75 recycled (with --recycle exit: restart it).
     """
-    from pgsched.worker import Worker
+    from pgsched.runtime.worker import Worker
 
     app = _load_app(ctx, app_ref, options["commands"], state(ctx).resolve())
     worker_opts = _worker_options(app_ref=app_ref, **options)
@@ -366,11 +366,11 @@ def scanner(
     creates/drops history partitions and vacuums the hot partitions. Run any number: they split the
     shards between them by epoch-fenced leases.
     """
-    from pgsched.scanner import Scanner, ScannerOptions
+    from pgsched.runtime.scanner import Scanner, ScannerOptions
 
     dsn = state(ctx).resolve()
     if app_ref:
-        from pgsched.loader import load_app
+        from pgsched.api.loader import load_app
 
         app = load_app(app_ref)
         app.configure(dsn)
@@ -403,8 +403,8 @@ def run(ctx: click.Context, /, app_ref: str | None, scanner_lease: float, recycl
     """
     import threading
 
-    from pgsched.scanner import Scanner, ScannerOptions
-    from pgsched.worker import Worker
+    from pgsched.runtime.scanner import Scanner, ScannerOptions
+    from pgsched.runtime.worker import Worker
 
     dsn = state(ctx).resolve()
     app = _load_app(ctx, app_ref, options["commands"], dsn)
@@ -443,7 +443,7 @@ def _queue_metrics(dsn: str, address: tuple[str, int] | None, *extra: Collector)
         return
     from psycopg_pool import ConnectionPool
 
-    from pgsched.metrics import MetricsServer, QueueCollector, worker_registry
+    from pgsched.observe.metrics import MetricsServer, QueueCollector, worker_registry
 
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn, min_size=0, max_size=1, timeout=10, open=True, kwargs={"autocommit": True}, name="pgsched-metrics"

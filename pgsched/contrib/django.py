@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from pgsched import queries
-from pgsched.app import App
+from pgsched.api.app import App
+from pgsched.core.job import JobContext
+from pgsched.core.task import JobSpec
+from pgsched.db import queries
 from pgsched.errors import ConfigurationError
-from pgsched.job import JobContext
-from pgsched.task import JobSpec
 
 if TYPE_CHECKING:
     from django_tasks import task_backends

@@ -37,8 +37,8 @@ from pgsched.dashboard.middleware import (
     credentials_from_env,
 )
 from pgsched.dashboard.queries import ACTIVE_STATES, STATES, Store
-from pgsched.metrics import QueueSnapshot, StaticCollector, queue_families, replica_families
-from pgsched.redact import redact, remember
+from pgsched.observe.metrics import QueueSnapshot, StaticCollector, queue_families, replica_families
+from pgsched.observe.redact import redact, remember
 
 log = logging.getLogger(__name__)
 

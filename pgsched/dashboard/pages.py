@@ -279,7 +279,7 @@ def overview(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
 
 def _dispatch(data: Mapping[str, Any]) -> Safe:
     """Dispatch policies per queue, worker pools (labels -> live workers), and due jobs no pool can take."""
-    from pgsched.dispatch import describe
+    from pgsched.api.dispatch import describe
 
     policies = table(
         (Column("queue"), Column("dispatch policy")),

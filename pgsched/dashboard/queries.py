@@ -9,9 +9,9 @@ from typing import Any, Final, LiteralString
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from pgsched import queries
-from pgsched.metrics import QueueSnapshot, read_snapshot_async
-from pgsched.replica import replica_state_async
+from pgsched.db import queries
+from pgsched.db.replica import replica_state_async
+from pgsched.observe.metrics import QueueSnapshot, read_snapshot_async
 
 ACTIVE_STATES: Final = ("scheduled", "waiting", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgsched import schema
+from pgsched.db import schema
 from pgsched.errors import ConfigurationError, from_psycopg
 from pgsched.story import scenes_jobs, scenes_race, scenes_schedules
 from pgsched.story.stage import Q, SceneResult, Stage, day, hms, stamp

@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pgsched.errors import PgschedError
-from pgsched.scanner import plan_occurrences
+from pgsched.runtime.scanner import plan_occurrences
 
 QUEUE: Final = "story"
 

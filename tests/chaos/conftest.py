@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgsched import schema
+from pgsched.db import schema
 from tests.chaos.checker import Report, check, emit
 from tests.chaos.cluster import Cluster, wait_ready
 from tests.chaos.probe import SCHEMA

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from pgsched import App
+from pgsched.core.job import JobContext
 from pgsched.errors import GiveUp
-from pgsched.job import JobContext
 
 app = App()
 

@@ -33,7 +33,7 @@ def home() -> Iterator[Path]:
 
 
 def _stop_in_process(path: Path) -> None:
-    from pgsched.embedded import EmbeddedServer
+    from pgsched.db.embedded import EmbeddedServer
 
     try:
         EmbeddedServer(path).stop()

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgsched import schema
+from pgsched.db import schema
 from tests.chaos.checker import Report
 from tests.chaos.cluster import free_port
 from tests.chaos.conftest import Env, Producer, wait_until

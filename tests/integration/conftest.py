@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgsched import App
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.conftest import drop_database, new_database
 
 T = TypeVar("T")

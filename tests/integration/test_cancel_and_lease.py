@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgsched import App, JobContext
-from pgsched.heartbeater import Heartbeater
+from pgsched.runtime.heartbeater import Heartbeater
 from tests.integration.conftest import Running, events, job, wait_for, wait_state
 
 StartWorker = Callable[..., Running]

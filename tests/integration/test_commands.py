@@ -15,8 +15,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from pgsched import App, InvalidJob
-from pgsched.commands import COMMAND_LABEL, OUTPUT_CAP, CommandOptions, serve_commands
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.runtime.commands import COMMAND_LABEL, OUTPUT_CAP, CommandOptions, serve_commands
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.integration.conftest import Running, events, wait_for, wait_state
 
 Conn = psycopg.Connection[dict[str, Any]]

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from pgsched.runtime.worker import Worker, WorkerOptions
 from pgsched.testing import clean
-from pgsched.worker import Worker, WorkerOptions
 from tests.conftest import drop_database, new_database
 from tests.integration.conftest import Running, wait_for
 

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from pgsched import App, JobState
+from pgsched.api.handle import JobHandle
 from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout
-from pgsched.handle import JobHandle
 from tests.integration.conftest import Running, wait_for
 
 

@@ -16,8 +16,8 @@ from psycopg_pool import ConnectionPool
 
 from pgsched import App, JobContext, Retry, Snooze
 from pgsched.errors import ConfigurationError
-from pgsched.metrics import OUTCOMES, QueueCollector, WorkerMetrics
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.observe.metrics import OUTCOMES, QueueCollector, WorkerMetrics
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.integration.conftest import Running, wait_all, wait_for
 
 StartWorker = Callable[..., Running]

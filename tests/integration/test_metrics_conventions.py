@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg_pool import ConnectionPool
 
 from pgsched import App
-from pgsched.metrics import MetricsServer, QueueCollector, worker_registry
+from pgsched.observe.metrics import MetricsServer, QueueCollector, worker_registry
 from tests.integration.conftest import Running, wait_all, wait_for
 
 StartWorker = Callable[..., Running]
@@ -143,7 +143,7 @@ def test_queue_gauges_over_http_have_no_windows_or_quantiles(dsn: str, conn: psy
 
 
 def test_histograms_are_exact_from_many_threads_while_scraping() -> None:
-    from pgsched.metrics import WorkerMetrics
+    from pgsched.observe.metrics import WorkerMetrics
 
     metrics = WorkerMetrics(name="w")
     per_thread, threads = 5_000, 6

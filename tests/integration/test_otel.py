@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from pgsched import App, otel
+from pgsched import App
+from pgsched.observe import otel
 from tests.integration.conftest import Running, wait_all, wait_for, wait_state
 
 Conn = psycopg.Connection[Any]
@@ -219,7 +220,8 @@ def test_with_the_api_but_no_sdk_configured_nothing_is_stored(conn: Conn) -> Non
     code = textwrap.dedent(
         f"""
         import json, psycopg
-        from pgsched import App, otel
+        from pgsched import App
+        from pgsched.observe import otel
         assert otel.ENABLED
         app = App({conn.info.dsn!r})
         job = app.enqueue("otel.none", {{}})
@@ -253,7 +255,8 @@ def test_without_opentelemetry_installed_nothing_of_it_runs(dsn: str, tmp_path: 
         f"""
         import sys
         import psycopg
-        from pgsched import App, otel
+        from pgsched import App
+        from pgsched.observe import otel
 
         assert otel.ENABLED is False
         assert not [m for m in sys.modules if m.startswith("opentelemetry")]

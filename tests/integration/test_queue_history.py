@@ -9,7 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched import App
-from pgsched.scanner import Scanner, ScannerOptions
+from pgsched.runtime.scanner import Scanner, ScannerOptions
 from tests.integration.conftest import wait_all, wait_for
 
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgsched import App, JobContext
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.integration.conftest import Running, events, job, wait_all, wait_for, wait_state
 
 StartWorker = Callable[..., Running]

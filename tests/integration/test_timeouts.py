@@ -232,7 +232,7 @@ def test_a_blocked_event_loop_lets_go_of_the_jobs_behind_it(
 
     spin_id = spin.enqueue()
     ids = [nap.enqueue(i) for i in range(10)]
-    caplog.set_level(logging.WARNING, logger="pgsched.loopwatch")
+    caplog.set_level(logging.WARNING, logger="pgsched.runtime.loopwatch")
     try:
         blocked = start_worker(concurrency=11, prefetch=0, lease=3, loop_block_timeout=1, name="blocked")
         wait_for(

@@ -9,11 +9,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from pgsched import vacuumer as vacuumer_module
 from pgsched.errors import ConfigurationError
-from pgsched.scanner import Scanner, ScannerOptions
-from pgsched.vacuumer import Vacuumer
-from pgsched.worker import WorkerOptions
+from pgsched.runtime import vacuumer as vacuumer_module
+from pgsched.runtime.scanner import Scanner, ScannerOptions
+from pgsched.runtime.vacuumer import Vacuumer
+from pgsched.runtime.worker import WorkerOptions
 from tests.integration.conftest import wait_for
 
 JOBS = 24_000

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgsched import schema
+from pgsched.db import schema
 from tests.conftest import drop_database, new_database
 
 ROOT = Path(__file__).resolve().parents[2]

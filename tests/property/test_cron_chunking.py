@@ -1,4 +1,4 @@
-"""pgsched.cron properties: expansion is chunkable at any boundary, and agrees with cronsim."""
+"""pgsched.core.cron properties: expansion is chunkable at any boundary, and agrees with cronsim."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgsched.cron import GapPolicy, Occurrence, OverlapPolicy, expand, explain, next_fire
+from pgsched.core.cron import GapPolicy, Occurrence, OverlapPolicy, expand, explain, next_fire
 
 FIVE_FIELD = [
     "30 2 * * *",

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
-from pgsched.scanner import plan_occurrences
+from pgsched.runtime.scanner import plan_occurrences
 from tests.conftest import drop_database, new_database
 
 Conn = psycopg.Connection[dict[str, Any]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pgsched import App
-from pgsched.job import JobContext
+from pgsched.core.job import JobContext
 
 app = App()
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
-from pgsched.scanner import plan_occurrences
+from pgsched.runtime.scanner import plan_occurrences
 
 Conn = psycopg.Connection[dict[str, Any]]
 Row = dict[str, Any]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pgsched import expansion
+from pgsched.runtime import expansion
 from tests.scheduling.helpers import Conn, add_schedule, decisions, expand, occurrences, promote, schedule, utc
 
 T0 = utc(2026, 6, 1, 12, 0)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pgsched import App
-from pgsched.scanner import Scanner, ScannerOptions
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.runtime.scanner import Scanner, ScannerOptions
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.scheduling.helpers import Conn, wait_for
 
 

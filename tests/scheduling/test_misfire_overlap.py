@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pgsched.scanner import Scanner, ScannerOptions
+from pgsched.runtime.scanner import Scanner, ScannerOptions
 from tests.scheduling.helpers import (
     Conn,
     add_schedule,

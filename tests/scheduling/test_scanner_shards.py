@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from pgsched.scanner import Scanner, ScannerOptions
+from pgsched.runtime.scanner import Scanner, ScannerOptions
 from tests.scheduling.helpers import (
     Conn,
     acquire,

@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgsched import cron
-from pgsched.dbconn import Reconnecting
-from pgsched.expansion import FIRES_PER_WRITE, MAX_FIRES_PER_EXPANSION, Expander
-from pgsched.scanner import Scanner, ScannerOptions
+from pgsched.core import cron
+from pgsched.db.dbconn import Reconnecting
+from pgsched.runtime.expansion import FIRES_PER_WRITE, MAX_FIRES_PER_EXPANSION, Expander
+from pgsched.runtime.scanner import Scanner, ScannerOptions
 from tests.e2e.clirun import Cli
 from tests.scheduling.helpers import Conn, acquire, add_schedule, schedule
 

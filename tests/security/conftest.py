@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgsched import schema
+from pgsched.db import schema
 from tests.pgserver import database_dsn
 from tests.sql.helpers import Conn
 

@@ -7,7 +7,7 @@ import threading
 from psycopg.types.json import Jsonb
 
 from pgsched import App
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.security.conftest import DENIED, Deployment, everything
 from tests.sql.helpers import Conn, enqueue_many, refused, scalar
 

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 
-from pgsched.dbconn import Reconnecting
-from pgsched.expansion import Expander
+from pgsched.db.dbconn import Reconnecting
+from pgsched.runtime.expansion import Expander
 from tests.sql.helpers import Conn
 from tests.sql.test_roles import MakeRole, connect, make_role
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgsched import queries
+from pgsched.db import queries
 from tests.sql.helpers import Conn, enqueue, register_tasks, scalar
 from tests.sql.test_dispatch_aging import configure
 

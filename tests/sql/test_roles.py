@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgsched import App
-from pgsched.worker import Worker, WorkerOptions
+from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.sql.helpers import (
     Conn,
     cancel,

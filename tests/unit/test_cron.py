@@ -1,4 +1,4 @@
-"""pgsched.cron: DST policies at fixed dates, cronsim agreement, errors, misfires, speed."""
+"""pgsched.core.cron: DST policies at fixed dates, cronsim agreement, errors, misfires, speed."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgsched import cron
-from pgsched.cron import (
+from pgsched.core import cron
+from pgsched.core.cron import (
     CronError,
     GapPolicy,
     MisfirePolicy,

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import psycopg
 
-from pgsched import queries
+from pgsched.db import queries
 
 log = logging.getLogger(__name__)
 

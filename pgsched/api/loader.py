@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-from pgsched.app import App
+from pgsched.api.app import App
 from pgsched.errors import ConfigurationError
 
 

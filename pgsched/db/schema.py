@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SHARDS = 8
 VERSION_TABLE = "alembic_version"
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # the pgsched package
 
 
 def _locate(packaged: str, source: str) -> Path:

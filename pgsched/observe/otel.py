@@ -31,9 +31,9 @@ except ImportError:  # the extra is not installed: tracing is off, and costs not
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from pgsched.job import JobContext
-    from pgsched.outcome import Outcome
-    from pgsched.task import JobSpec
+    from pgsched.core.job import JobContext
+    from pgsched.core.outcome import Outcome
+    from pgsched.core.task import JobSpec
 
 SYSTEM: Final = "pgsched"
 # The bound of CHECK jobs_trace_context_valid: a larger carrier keeps only traceparent and tracestate
@@ -161,7 +161,7 @@ class Run:
         self.span = span
 
     def end(self, outcome: Outcome) -> Outcome:
-        from pgsched.outcome import Kind
+        from pgsched.core.outcome import Kind
 
         span = self.span
         if not span.is_recording():

@@ -20,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import class_row, tuple_row
 
-from pgsched import otel, queries
-from pgsched.completer import _RawJson
+from pgsched.core.job import ClaimedJob, JobContext, _current
+from pgsched.core.outcome import Kind, Outcome, from_exception, success
+from pgsched.db import queries
 from pgsched.errors import GiveUp, Retry, Snooze, from_psycopg
-from pgsched.job import ClaimedJob, JobContext, _current
-from pgsched.outcome import Kind, Outcome, from_exception, success
+from pgsched.observe import otel
+from pgsched.runtime.completer import _RawJson
 
 if TYPE_CHECKING:
-    from pgsched.app import App
-    from pgsched.task import Task
+    from pgsched.api.app import App
+    from pgsched.core.task import Task
 
 _STEERING = (Retry, Snooze, GiveUp)
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from pgsched import queries
+from pgsched.api.events import CHANNEL, parse_payload
+from pgsched.core.job import JobState
+from pgsched.db import queries
 from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout, from_psycopg
-from pgsched.events import CHANNEL, parse_payload
-from pgsched.job import JobState
 
 if TYPE_CHECKING:
-    from pgsched.app import App
+    from pgsched.api.app import App
 
 TERMINAL = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
 

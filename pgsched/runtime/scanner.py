@@ -24,11 +24,11 @@ from types import FrameType
 
 import psycopg
 
-from pgsched import queries
-from pgsched.dbconn import Reconnecting
-from pgsched.expansion import MAX_FIRES_PER_EXPANSION, Expander, plan_occurrences
-from pgsched.listener import Listener
-from pgsched.vacuumer import Vacuumer
+from pgsched.db import queries
+from pgsched.db.dbconn import Reconnecting
+from pgsched.runtime.expansion import MAX_FIRES_PER_EXPANSION, Expander, plan_occurrences
+from pgsched.runtime.listener import Listener
+from pgsched.runtime.vacuumer import Vacuumer
 
 log = logging.getLogger(__name__)
 

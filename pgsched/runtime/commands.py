@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgsched.core.job import JobContext
 from pgsched.errors import LeaseLost, RunFailed, WorkerStopping
-from pgsched.job import JobContext
 
 if TYPE_CHECKING:
-    from pgsched.app import App
-    from pgsched.worker import WorkerOptions
+    from pgsched.api.app import App
+    from pgsched.runtime.worker import WorkerOptions
 
 log = logging.getLogger(__name__)
 

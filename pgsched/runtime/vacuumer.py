@@ -27,8 +27,8 @@ import time
 import psycopg
 from psycopg import sql
 
-from pgsched import queries
-from pgsched.dbconn import Reconnecting
+from pgsched.db import queries
+from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
 

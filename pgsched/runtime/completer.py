@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgsched import queries
-from pgsched.dbconn import Reconnecting
-from pgsched.outcome import Kind, Outcome
+from pgsched.core.outcome import Kind, Outcome
+from pgsched.db import queries
+from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import psycopg
 
-from pgsched import queries
-from pgsched.dbconn import Reconnecting
-from pgsched.job import JobContext
+from pgsched.core.job import JobContext
+from pgsched.db import queries
+from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,15 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from pgsched import otel, queries
+from pgsched.api.events import EventHooks, H
+from pgsched.api.handle import JobHandle
+from pgsched.core.task import JobSpec, Ref, Task, check_timeout
+from pgsched.db import queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
-from pgsched.events import EventHooks, H
-from pgsched.handle import JobHandle
-from pgsched.task import JobSpec, Ref, Task, check_timeout
+from pgsched.observe import otel
 
 if TYPE_CHECKING:
-    from pgsched.drain import DrainResult
+    from pgsched.runtime.drain import DrainResult
 
 P = ParamSpec("P")
 _SCHEDULE_POLICIES = {
@@ -93,7 +94,7 @@ class App:
     def dsn(self) -> str:
         """The resolved DSN (may start the embedded server)."""
         if self._dsn is None:
-            from pgsched.settings import resolve_dsn
+            from pgsched.db.settings import resolve_dsn
 
             self._dsn = resolve_dsn()
         return self._dsn
@@ -240,7 +241,7 @@ class App:
         'skip'|'latest'|'all' (occurrences missed while nothing ran),
         concurrency 'allow'|'skip'|'queue'|'replace' (previous run still going).
         """
-        from pgsched import cron as cronlib
+        from pgsched.core import cron as cronlib
 
         cronlib.validate(expr, tz)
         chosen = {"gap": gap, "overlap": overlap, "misfire": misfire, "concurrency": concurrency}
@@ -559,8 +560,8 @@ class App:
         limit: int = 10_000,
         raise_errors: bool = False,
     ) -> DrainResult:
-        """Run every due job here, through the real claim/complete path, until none is due (pgsched.drain)."""
-        from pgsched.drain import drain
+        """Run every due job here, through the real claim/complete path, until none is due (pgsched.runtime.drain)."""
+        from pgsched.runtime.drain import drain
 
         return drain(self, queues=queues, conn=conn, limit=limit, raise_errors=raise_errors)
 
@@ -569,7 +570,7 @@ class App:
     def on_event(self, *states: str) -> Callable[[H], H]:
         """Register a hook for status events: ``@app.on_event("completed")`` (no states: all three).
 
-        The hook gets a pgsched.events.Event. Hooks run where the event stream
+        The hook gets a pgsched.api.events.Event. Hooks run where the event stream
         is followed: ``pgsched events --follow --app MODULE:APP``, or
         ``app.follow_events()`` in a process of your own (docs/events.md).
         """
@@ -589,7 +590,7 @@ class App:
         ``on_position`` is called with each event's position after its hooks
         ran (persist it to resume); returns the last position.
         """
-        from pgsched.events import EventFollower
+        from pgsched.api.events import EventFollower
 
         follower = EventFollower(self.dsn, since=since, stop=stop, poll_interval=poll_interval)
         try:
@@ -604,8 +605,8 @@ class App:
     # -- running ---------------------------------------------------------
 
     def run_worker(self, **options: Any) -> int:
-        """Run a worker in this process until it is stopped (see pgsched.worker.Worker)."""
-        from pgsched.worker import Worker, WorkerOptions
+        """Run a worker in this process until it is stopped (see pgsched.runtime.worker.Worker)."""
+        from pgsched.runtime.worker import Worker, WorkerOptions
 
         return Worker(self, WorkerOptions(**options)).run()
 
@@ -697,7 +698,7 @@ def _command_params(
     tenant: str | None,
 ) -> tuple[Any, ...]:
     """enqueue_command's parameters, checked as the database will (and for NUL bytes, which it cannot carry)."""
-    from pgsched.commands import check_command
+    from pgsched.runtime.commands import check_command
 
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):

@@ -13,14 +13,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from pgsched import otel
-from pgsched.deadlines import Deadlines
+from pgsched.core.job import JobContext, _current
+from pgsched.core.outcome import Kind, Outcome, from_exception, success, timed_out
+from pgsched.core.task import Task
 from pgsched.errors import LeaseLost
-from pgsched.job import JobContext, _current
-from pgsched.loopwatch import LoopWatch
-from pgsched.outcome import Kind, Outcome, from_exception, success, timed_out
-from pgsched.procpool import ChildSlot
-from pgsched.task import Task
+from pgsched.observe import otel
+from pgsched.runtime.deadlines import Deadlines
+from pgsched.runtime.loopwatch import LoopWatch
+from pgsched.runtime.procpool import ChildSlot
 
 log = logging.getLogger(__name__)
 

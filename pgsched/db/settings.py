@@ -31,12 +31,12 @@ def resolve_dsn(dsn: str | None = None, *, embedded: bool = True, migrate: bool 
         return chosen
     if not embedded or os.environ.get("PGSCHED_NO_EMBEDDED"):
         raise ConfigurationError("no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL")
-    from pgsched.embedded import EmbeddedServer
+    from pgsched.db.embedded import EmbeddedServer
 
     url = EmbeddedServer().start()
     _embedded_fallbacks.add(url)
     if migrate:
-        from pgsched.schema import ensure_installed
+        from pgsched.db.schema import ensure_installed
 
         ensure_installed(url)
     return url

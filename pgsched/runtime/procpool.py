@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pgsched.job import ClaimedJob, JobContext
-from pgsched.outcome import Kind, Outcome, timed_out
+from pgsched.core.job import ClaimedJob, JobContext
+from pgsched.core.outcome import Kind, Outcome, timed_out
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +151,8 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
     try:
         import asyncio
 
-        from pgsched.executor import _await, run_sync
-        from pgsched.loader import load_app
+        from pgsched.api.loader import load_app
+        from pgsched.runtime.executor import _await, run_sync
 
         app = load_app(app_ref)
         if dsn is not None:

@@ -21,28 +21,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import class_row, dict_row
 
-from pgsched import queries
-from pgsched.app import App
-from pgsched.completer import Completer
-from pgsched.dbconn import Reconnecting
+from pgsched.core.job import ClaimedJob, JobContext
+from pgsched.core.outcome import Kind, Outcome
+from pgsched.db import queries
+from pgsched.db.dbconn import Reconnecting
+from pgsched.db.settings import is_embedded_fallback
 from pgsched.errors import ConfigurationError
-from pgsched.executor import Executor
-from pgsched.expansion import ScheduleKeeper
-from pgsched.heartbeater import Heartbeater
-from pgsched.job import ClaimedJob, JobContext
-from pgsched.listener import Listener
-from pgsched.metrics import MetricsServer, WorkerMetrics, worker_registry
-from pgsched.outcome import Kind, Outcome
-from pgsched.redact import describe
-from pgsched.routing import ClaimQueues, warn_unserved
-from pgsched.settings import is_embedded_fallback
-from pgsched.starter import Starter
-from pgsched.vacuumer import Vacuumer
+from pgsched.observe.metrics import MetricsServer, WorkerMetrics, worker_registry
+from pgsched.observe.redact import describe
+from pgsched.runtime.completer import Completer
+from pgsched.runtime.executor import Executor
+from pgsched.runtime.expansion import ScheduleKeeper
+from pgsched.runtime.heartbeater import Heartbeater
+from pgsched.runtime.listener import Listener
+from pgsched.runtime.routing import ClaimQueues, warn_unserved
+from pgsched.runtime.starter import Starter
+from pgsched.runtime.vacuumer import Vacuumer
+
+if TYPE_CHECKING:
+    from pgsched.api.app import App  # the worker runs an App's tasks; the App starts workers
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +294,7 @@ class Worker:
         import json
 
         if self.options.check_schema:
-            from pgsched.schema import check_compatible
+            from pgsched.db.schema import check_compatible
 
             check_compatible(conn)
         if self.app.tasks:

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Collection
 from types import CodeType, FrameType
 
-from pgsched.job import JobContext
+from pgsched.core.job import JobContext
 
 log = logging.getLogger(__name__)
 

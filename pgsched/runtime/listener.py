@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import psycopg
 
-from pgsched.dbconn import connect_options
+from pgsched.db.dbconn import connect_options
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ class ClaimedJob:
     tenant: str | None
     created_at: datetime
     lease_expires_at: datetime | None = None  # claimed at = lease_expires_at - lease (the database's clock)
-    trace_context: dict[str, Any] | None = None  # the enqueuer's trace headers (pgsched.otel)
+    trace_context: dict[str, Any] | None = None  # the enqueuer's trace headers (pgsched.observe.otel)
 
 
 @dataclass(eq=False, kw_only=True)

@@ -10,8 +10,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from pgsched.core.job import ClaimedJob
 from pgsched.errors import GiveUp, JobCancelled, LeaseLost, Retry, RunFailed, Snooze
-from pgsched.job import ClaimedJob
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from pgsched.job import JobContext
+from pgsched.core.job import JobContext
 
 if TYPE_CHECKING:
     import psycopg
 
-    from pgsched.app import App
-    from pgsched.handle import JobHandle
+    from pgsched.api.app import App
+    from pgsched.api.handle import JobHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -30,8 +30,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched import cron
-from pgsched.dbconn import Reconnecting
+from pgsched.core import cron
+from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
 

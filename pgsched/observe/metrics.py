@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool
 from pgsched.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from pgsched.job import ClaimedJob
+    from pgsched.core.job import ClaimedJob
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def _number(value: Any) -> float:
 
 
 def replica_families(state: dict[str, Any]) -> list[Metric]:
-    """The read server's role and staleness (pgsched.replica.replica_state), for a dashboard with --read-dsn."""
+    """The read server's role and staleness (pgsched.db.replica.replica_state), for a dashboard with --read-dsn."""
     standby = GaugeMetricFamily("pgsched_read_replica", "1 if the metrics were read from a standby (--read-dsn).")
     standby.add_metric([], 1 if state["in_recovery"] else 0)
     lag = GaugeMetricFamily(

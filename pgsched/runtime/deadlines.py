@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pgsched.job import JobContext
+from pgsched.core.job import JobContext
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import tuple_row
 
-from pgsched import queries
-from pgsched.dbconn import connect_options
+from pgsched.db import queries
+from pgsched.db.dbconn import connect_options
 
 log = logging.getLogger(__name__)
 

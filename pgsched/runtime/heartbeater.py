@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 
-from pgsched import queries
-from pgsched.dbconn import Reconnecting
+from pgsched.db import queries
+from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""What pgsched tells operators: Prometheus metrics, OpenTelemetry traces, and secrets kept out of logs."""

@@ -1,0 +1,1 @@
+"""The long-running processes: the worker and its threads, the scanner, and the in-process drain."""
