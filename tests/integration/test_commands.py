@@ -343,13 +343,18 @@ def test_retry_redrives_a_command_as_it_was_written(app: App, conn: Conn) -> Non
     job = app.enqueue_command(["echo", "again"], timeout=5, run_at=None, delay=None)
     assert app.cancel(job.id) == "cancelled"
     assert app.retry(job.id) == "retried"
-    row = conn.execute("SELECT task, args, labels, state FROM pgsched.jobs WHERE id = %s", [job.id]).fetchone()
+    row = conn.execute("SELECT task, args, labels, state, timeout FROM pgsched.jobs WHERE id = %s", [job.id]).fetchone()
     assert row == {
         "task": "pgsched.command",
         "args": {"argv": ["echo", "again"], "env": {}, "cwd": None, "timeout_s": 5},
         "labels": [COMMAND_LABEL],
         "state": "available",
+        "timeout": timedelta(seconds=35),  # its deadline again: 5 s + the margin
     }
+    untimed = app.enqueue_command(["true"])
+    assert app.cancel(untimed.id) == "cancelled"
+    assert app.retry(untimed.id) == "retried"
+    assert conn.execute("SELECT timeout FROM pgsched.jobs WHERE id = %s", [untimed.id]).fetchone() == {"timeout": None}
 
 
 # -- the deadline of a command job: its timeout + config.command_timeout_margin --------------------------------
