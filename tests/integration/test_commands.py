@@ -487,7 +487,11 @@ def test_the_database_fails_a_command_whose_worker_hangs_while_its_heartbeats_co
     assert (failed[0]["at"] - claimed["at"]).total_seconds() >= 4.0  # 1 s + 2 s margin + 1 s grace
     assert not events(conn, queued.id, "lease_expired")  # the heartbeats went on
     # The worker could not have written it: its time limit is stuck in the sink too, before failing the job.
-    assert any("sync handler still running after its 3 s timeout" in m for m in sink.blocked)
+    wait_for(
+        lambda: any("sync handler still running after its 3 s timeout" in m for m in sink.blocked),
+        15,
+        what="the worker's own limit stuck in the sink",
+    )
     assert not _gone(program)
     sink.release.set()
     row = wait_state(conn, queued.id, "completed", "dead", timeout=60)
