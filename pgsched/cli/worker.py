@@ -83,7 +83,8 @@ def worker_options(fn: F) -> F:
             type=click.FloatRange(0, None),
             default=5.0,
             show_default=True,
-            help="Seconds between SIGTERM and SIGKILL when a command times out, is cancelled or the worker stops.",
+            help="Seconds between SIGTERM and SIGKILL when a command times out, is cancelled or the worker stops "
+            "(cut short to end 2 s before the command's timeout + config.command_timeout_margin).",
         ),
         click.option(
             "--queues",

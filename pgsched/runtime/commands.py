@@ -18,7 +18,13 @@ other worker ever claims one. The runner starts the program:
 
 It enforces the command's own timeout (args ``timeout_s``): at the timeout,
 at a cancel request, at a lost lease and at the worker's shutdown, the group
-gets SIGTERM, then SIGKILL after ``kill_grace`` seconds. When the program
+gets SIGTERM, then SIGKILL after ``kill_grace`` seconds. The job's own time
+limit (its ``timeout`` column: ``timeout_s`` + config.command_timeout_margin,
+as start() recorded it in ``ctx.timeout``) belongs to the worker and the
+database, which fail the run only when the runner did not end it: so the
+runner sends SIGKILL at the latest ``COLLECT_S`` seconds before that limit,
+whatever ``kill_grace`` says, to have the output and exit code recorded in
+time. When the program
 exits, what is left of its group is killed. Whatever happened, the result
 holds ``exit_code`` (negative: the signal that ended it), ``stdout`` and
 ``stderr`` (the last 64 kB of each, decoded as UTF-8 with replacement),
@@ -40,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgsched.core.job import JobContext
+from pgsched.core.job import ClaimedJob, JobContext
+from pgsched.core.outcome import format_seconds
 from pgsched.errors import LeaseLost, RunFailed, WorkerStopping
 
 if TYPE_CHECKING:
@@ -53,6 +60,9 @@ COMMAND_TASK = "pgsched.command"
 COMMAND_LABEL = "pgsched:command"
 COMMAND_QUEUE = "commands"
 OUTPUT_CAP = 64 * 1024  # bytes kept of each of stdout and stderr (the tail)
+# Seconds the runner keeps, before the job's own time limit, to collect and report what the program left
+# after its SIGKILL (0.5 s of lingering output, 1 s of the killed group's last writes, and slack).
+COLLECT_S = 2.0
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Limits enqueue_command() enforces too; checked here first for a clear error before any round trip.
 MAX_ARGV = 4096
@@ -202,8 +212,10 @@ def run(
     extra = {"job_id": ctx.id, "task": ctx.task, "pid": proc.pid}
     log.info("job %s: started %s (pid %s)", ctx.id, argv[0], proc.pid, extra=extra)
     deadline = None if timeout_s is None else started + float(timeout_s)
+    # The latest SIGKILL that leaves time to report before the worker's and the database's limit (ctx.timeout).
+    last_kill = None if ctx.timeout is None else started + max(0.0, ctx.timeout - COLLECT_S)
     why: str | None = None
-    kill_at = 0.0
+    kill_at = term_at = 0.0
     killed = False
     with selectors.DefaultSelector() as streams:
         assert proc.stdout is not None
@@ -218,11 +230,21 @@ def run(
                 if why is not None:
                     log.info("job %s: %s; SIGTERM to process group %s", ctx.id, why, proc.pid, extra=extra)
                     _signal_group(proc.pid, signal.SIGTERM)
+                    term_at = now
                     kill_at = now + options.kill_grace
+                    if last_kill is not None and kill_at > last_kill:
+                        kill_at = max(now, last_kill)
+                        log.warning(
+                            "job %s: SIGKILL in %.1fs, not the %.1fs kill grace, to report before the job's "
+                            "%g s limit (config.command_timeout_margin)",
+                            ctx.id,
+                            kill_at - now,
+                            options.kill_grace,
+                            ctx.timeout,
+                            extra=extra,
+                        )
             elif not killed and now >= kill_at:
-                log.warning(
-                    "job %s: still running %.1fs after SIGTERM; SIGKILL", ctx.id, options.kill_grace, extra=extra
-                )
+                log.warning("job %s: still running %.1fs after SIGTERM; SIGKILL", ctx.id, now - term_at, extra=extra)
                 _signal_group(proc.pid, signal.SIGKILL)
                 killed = True
         # The program is gone: take what its group still writes for a moment, then end the group.
@@ -249,6 +271,18 @@ def run(
     if code != 0:
         raise RunFailed(_exit_reason(code, err), result)
     return result
+
+
+def overrun_error(job: ClaimedJob, limit: float) -> str:
+    """Why the worker failed a command job at its own limit: the runner did not end it (the database says the same)."""
+    timeout_s = job.args.get("timeout_s")
+    shown = format_seconds(limit)
+    if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool):
+        return f"timed out after {shown} s"
+    return (
+        f"timed out after {shown} s: the command runner did not end the command within the margin of its "
+        f"{format_seconds(timeout_s)} s timeout"
+    )
 
 
 def _stop_reason(ctx: JobContext, deadline: float | None, now: float) -> str | None:

@@ -18,6 +18,7 @@ from pgsched.core.outcome import Kind, Outcome, from_exception, success, timed_o
 from pgsched.core.task import Task
 from pgsched.errors import LeaseLost
 from pgsched.observe import otel
+from pgsched.runtime.commands import COMMAND_TASK, overrun_error
 from pgsched.runtime.deadlines import Deadlines
 from pgsched.runtime.loopwatch import LoopWatch
 from pgsched.runtime.procpool import ChildSlot
@@ -68,6 +69,12 @@ def _run_sync(
         return from_exception(job, exc)
     finally:
         _current.reset(token)
+
+
+def _in_child(ctx: JobContext) -> bool:
+    """Whether the process pool runs this job in a child: command jobs stay on the worker's threads (their runner
+    only supervises the program, which has its own process group, and answers cancels and lost leases)."""
+    return ctx.job.task != COMMAND_TASK
 
 
 def time_limit(task: Task[Any, Any] | None, ctx: JobContext) -> float | None:
@@ -202,8 +209,8 @@ class Executor:
         return threading.Thread(target=self._thread_loop, args=(slot,), name=f"pgsched-handler-{i}", daemon=True)
 
     def start(self) -> None:
-        if self.pool == "thread":
-            self._deadlines = Deadlines(self._overrun)
+        # The process pool watches deadlines too: command jobs run on its threads (_in_child).
+        self._deadlines = Deadlines(self._overrun)
         for thread in self._threads:
             thread.start()
 
@@ -348,7 +355,7 @@ class Executor:
                 continue
             task = self._resolve(ctx.job.task)
             limit = time_limit(task, ctx)
-            if slot is not None and task is not None:
+            if slot is not None and task is not None and _in_child(ctx):
                 ran = slot.run(ctx, limit)
                 if ran is not None and ran.kind is not Kind.DISCARD and ctx.timed_out:
                     self.timeouts += 1
@@ -364,6 +371,8 @@ class Executor:
                 with self._lock:
                     self.abandoned -= 1
                 log.info("job %s: the abandoned handler returned at last; its thread exits", ctx.id)
+                if slot is not None:
+                    slot.close()
                 return
             self._finish(ctx, outcome)
 
@@ -388,7 +397,10 @@ class Executor:
             self.max_abandoned,
             extra={"job_id": ctx.id, "task": ctx.task},
         )
-        self._finish(ctx, timed_out(ctx.job, limit))
+        if ctx.job.task == COMMAND_TASK:
+            self._finish(ctx, Outcome(ctx.job, Kind.FAIL, error=overrun_error(ctx.job, limit)))
+        else:
+            self._finish(ctx, timed_out(ctx.job, limit))
         if abandoned >= self.max_abandoned and self._on_recycle is not None:
             self._on_recycle(abandoned)
 

@@ -6,7 +6,10 @@
 -- so its retry policy decides (retry with backoff, or dead) and the token is
 -- spent: the hung worker's late complete(), fail() or heartbeat() is refused.
 -- Returns the number of jobs failed (at most p_limit). expire_leases calls it,
--- so scanners and housekeeping workers both enforce deadlines.
+-- so scanners and housekeeping workers both enforce deadlines. A command job
+-- (its timeout column is the command's timeout + config.command_timeout_margin,
+-- see enqueue_command) gets the reason spelt out: 'timed out after 31 s: the
+-- command runner did not end the command within the margin of its 1 s timeout'.
 --
 -- Only started runs count (started_at is set by start() and cleared by every
 -- claim, so a deadline_at left from an earlier run never applies). Candidates
@@ -29,7 +32,9 @@ DECLARE
 BEGIN
     SELECT c.timeout_grace INTO v_grace FROM pgsched.config c;
     FOR v_job IN
-        SELECT j.id, j.shard, j.lease_token, j.deadline_at - j.started_at AS timeout
+        SELECT j.id, j.shard, j.lease_token, j.deadline_at - j.started_at AS timeout,
+               CASE WHEN j.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(j.args -> 'timeout_s') = 'number'
+                    THEN j.args ->> 'timeout_s' END AS command_timeout
         FROM pgsched.jobs j
         WHERE j.state = 'running' AND j.started_at IS NOT NULL AND j.deadline_at < v_now - v_grace
           AND (p_shard IS NULL OR j.shard = p_shard)
@@ -39,7 +44,10 @@ BEGIN
     LOOP
         IF pgsched.fail(v_job.id, v_job.lease_token,
                         pg_catalog.format('timed out after %s s',
-                            pg_catalog.round(EXTRACT(epoch FROM v_job.timeout), 3)::double precision),
+                            pg_catalog.round(EXTRACT(epoch FROM v_job.timeout), 3)::double precision)
+                        || CASE WHEN v_job.command_timeout IS NOT NULL THEN pg_catalog.format(
+                            ': the command runner did not end the command within the margin of its %s s timeout',
+                            v_job.command_timeout) ELSE '' END,
                         NULL, false, p_now) <> 'lease_lost' THEN
             v_count := v_count + 1;
         END IF;

@@ -13,7 +13,11 @@
 -- pgsched.command is refused on every other path (_check_command_task).
 -- The job is stored as task pgsched.command with args {argv, env, cwd,
 -- timeout_s} and the label pgsched:command, which only --commands workers
--- offer, so no other worker ever claims it.
+-- offer, so no other worker ever claims it. With a timeout, the job's
+-- timeout column is timeout + config.command_timeout_margin: the runner
+-- kills the program at timeout and records its output within the margin,
+-- so the worker's own time limit and the database's deadline (start(),
+-- _fail_overdue) fire only when the runner itself failed to end the run.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
     argv            text[],
     env             jsonb       DEFAULT '{}',
@@ -40,6 +44,7 @@ DECLARE
     v_args jsonb;
     v_limit integer;
     v_max integer := enqueue_command.max_attempts;
+    v_margin interval;
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
     v_bad text;
@@ -107,8 +112,8 @@ BEGIN
     v_args := pg_catalog.jsonb_build_object(
         'argv', pg_catalog.to_jsonb(argv), 'env', v_env, 'cwd', cwd,
         'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout));
-    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts)
-    INTO v_limit, v_max
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin
+    INTO v_limit, v_max, v_margin
     FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = 'pgsched.command';
     PERFORM pgsched._check_job('pgsched.command', v_queue, v_args, coalesce(enqueue_command.priority, 0), v_run_at,
                                v_max, enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
@@ -132,10 +137,11 @@ BEGIN
 
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
-        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant)
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         timeout)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, 'pgsched.command', v_args, coalesce(enqueue_command.priority, 0), v_run_at, 0, v_max,
-            enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
+            enqueue_command.idempotency_key, v_labels, enqueue_command.tenant, enqueue_command.timeout + v_margin);
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
     PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
                                  CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);

@@ -5,7 +5,9 @@
 -- growing across redrives. Its history rows stay. Returns
 -- 'retried', 'active' (the job is queued or running already),
 -- 'not_retryable' (it completed) or 'not_found' (also for a job of another
--- tenant when the session is confined to one, see _check_tenant).
+-- tenant when the session is confined to one, see _check_tenant). A command
+-- job gets its deadline again: timeout = its args' timeout_s +
+-- config.command_timeout_margin (as enqueue_command sets it).
 CREATE OR REPLACE FUNCTION pgsched.retry(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -54,10 +56,14 @@ BEGIN
     -- The primary key (id, shard) makes a concurrent second redrive a no-op.
     INSERT INTO pgsched.jobs AS j
         (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
-         concurrency_key)
+         concurrency_key, timeout)
     VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
             v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
-            v_last.concurrency_key)
+            v_last.concurrency_key,
+            CASE WHEN v_last.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(v_last.args -> 'timeout_s') = 'number'
+                      AND (v_last.args ->> 'timeout_s')::double precision > 0
+                 THEN pg_catalog.make_interval(secs => (v_last.args ->> 'timeout_s')::double precision)
+                      + (SELECT c.command_timeout_margin FROM pgsched.config c) END)
     ON CONFLICT DO NOTHING
     RETURNING j.id INTO v_id;
     IF v_id IS NULL THEN

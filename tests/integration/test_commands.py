@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ from psycopg.types.json import Jsonb
 from pgsched import App, InvalidJob
 from pgsched.runtime.commands import COMMAND_LABEL, OUTPUT_CAP, CommandOptions, serve_commands
 from pgsched.runtime.worker import Worker, WorkerOptions
-from tests.integration.conftest import Running, events, wait_for, wait_state
+from tests.integration.conftest import Running, events, job, wait_for, wait_state
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -30,7 +33,8 @@ def command_worker(app: App, conn: Conn) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
     def start(kill_grace: float = 0.5, pass_env: tuple[str, ...] = (), **options: Any) -> Running:
-        opts = WorkerOptions(queues=["commands"], install_signal_handlers=False, poll_interval=0.2, lease=10, **options)
+        options.setdefault("lease", 10)
+        opts = WorkerOptions(queues=["commands"], install_signal_handlers=False, poll_interval=0.2, **options)
         serve_commands(app, opts, CommandOptions(kill_grace=kill_grace, pass_env=pass_env))
         running = Running(Worker(app, opts))
         started.append(running)
@@ -96,12 +100,13 @@ def test_exit_3_is_retried_by_policy_then_dead_with_each_attempt_recorded(
 
 def test_timeout_kills_the_whole_process_group(app: App, conn: Conn, command_worker: Any, tmp_path: Path) -> None:
     command_worker()
-    script = f"sleep 300 & echo $! > {tmp_path}/grandchild; echo $$ > {tmp_path}/child; wait"
+    script = f"echo working; sleep 300 & echo $! > {tmp_path}/grandchild; echo $$ > {tmp_path}/child; wait"
     job = app.enqueue_command(["sh", "-c", script], timeout=1.0, max_attempts=1)
     child, grandchild = _pid(tmp_path / "child"), _pid(tmp_path / "grandchild")
     row = wait_state(conn, job.id, "completed", "dead", timeout=30)
     assert row["state"] == "dead"
-    assert row["error"] == "timed out after 1 s"
+    assert row["error"] == "timed out after 1 s"  # the runner's, with the output: the margin was not needed
+    assert row["result"]["stdout"] == "working\n"
     assert row["result"]["timed_out"] is True
     assert row["result"]["exit_code"] == -15
     assert row["result"]["signal"] == "SIGTERM"
@@ -269,6 +274,7 @@ def test_enqueue_command_stores_the_timeout_with_the_job_and_dedupes_by_key(app:
     assert row is not None
     assert row["args"] == {"argv": ["sleep", "1"], "env": {"X": "1"}, "cwd": "/tmp", "timeout_s": 90}
     assert (row["task"], row["queue"], row["priority"]) == ("pgsched.command", "commands", 5)
+    assert row["timeout"] == timedelta(seconds=120)  # 90 s + config.command_timeout_margin: the database's deadline
     assert row["labels"] == ["gpu", COMMAND_LABEL]
     again = app.enqueue_command(["sleep", "1"], env={"X": "1"}, cwd="/tmp", timeout=90, idempotency_key="nightly")
     assert again.id == first["id"]
@@ -337,10 +343,183 @@ def test_retry_redrives_a_command_as_it_was_written(app: App, conn: Conn) -> Non
     job = app.enqueue_command(["echo", "again"], timeout=5, run_at=None, delay=None)
     assert app.cancel(job.id) == "cancelled"
     assert app.retry(job.id) == "retried"
-    row = conn.execute("SELECT task, args, labels, state FROM pgsched.jobs WHERE id = %s", [job.id]).fetchone()
+    row = conn.execute("SELECT task, args, labels, state, timeout FROM pgsched.jobs WHERE id = %s", [job.id]).fetchone()
     assert row == {
         "task": "pgsched.command",
         "args": {"argv": ["echo", "again"], "env": {}, "cwd": None, "timeout_s": 5},
         "labels": [COMMAND_LABEL],
         "state": "available",
+        "timeout": timedelta(seconds=35),  # its deadline again: 5 s + the margin
     }
+    untimed = app.enqueue_command(["true"])
+    assert app.cancel(untimed.id) == "cancelled"
+    assert app.retry(untimed.id) == "retried"
+    assert conn.execute("SELECT timeout FROM pgsched.jobs WHERE id = %s", [untimed.id]).fetchone() == {"timeout": None}
+
+
+# -- the deadline of a command job: its timeout + config.command_timeout_margin --------------------------------
+
+
+class StuckSink(logging.Handler):
+    """A log sink that stops taking records (a full pipe, a stuck syslog): whoever logs the trigger blocks in the
+    logging call, and with ``everyone`` so does every thread that logs after it, until ``release``."""
+
+    def __init__(self, trigger: Callable[[logging.LogRecord], bool], *, everyone: bool) -> None:
+        super().__init__(logging.INFO)
+        self.trigger = trigger
+        self.everyone = everyone
+        self.stuck = threading.Event()
+        self.release = threading.Event()
+        self.blocked: list[str] = []  # the messages of the records stuck in their logging call
+
+    def handle(self, record: logging.LogRecord) -> bool:  # no handler lock: each caller blocks on its own
+        if not self.stuck.is_set() and self.trigger(record):
+            self.stuck.set()
+        elif not (self.everyone and self.stuck.is_set()):
+            return True
+        if not self.release.is_set():
+            self.blocked.append(record.getMessage())
+            self.release.wait(120)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() takes every record
+        pass
+
+
+@pytest.fixture
+def stuck_sink() -> Iterator[Callable[..., StuckSink]]:
+    logger = logging.getLogger("pgsched")
+    level = logger.level
+    sinks: list[StuckSink] = []
+
+    def install(trigger: Callable[[logging.LogRecord], bool], *, everyone: bool = False) -> StuckSink:
+        sink = StuckSink(trigger, everyone=everyone)
+        sinks.append(sink)
+        logger.addHandler(sink)
+        logger.setLevel(logging.INFO)
+        return sink
+
+    yield install
+    for sink in sinks:
+        sink.release.set()
+        logger.removeHandler(sink)
+    logger.setLevel(level)
+
+
+def _sigterm_of(job_id: int) -> Callable[[logging.LogRecord], bool]:
+    """The runner's record of its SIGTERM at the command's timeout, for this job."""
+    return lambda r: "SIGTERM to process group" in r.msg and bool(r.args) and r.args[0] == job_id  # type: ignore[index]
+
+
+def _hangs_on_attempt_1(pid_file: Path) -> list[str]:
+    script = (
+        f'echo "attempt $PGSCHED_JOB_ATTEMPT"; [ "$PGSCHED_JOB_ATTEMPT" = 1 ]'
+        f" && echo $$ > {pid_file} && exec sleep 300; echo done"
+    )
+    return ["sh", "-c", script]
+
+
+MARGIN_ERROR = "timed out after 3 s: the command runner did not end the command within the margin of its 1 s timeout"
+
+
+def test_a_sigterm_deaf_command_is_killed_in_time_to_report_within_the_margin(
+    app: App, conn: Conn, command_worker: Any, tmp_path: Path
+) -> None:
+    """A kill grace longer than the margin is cut short: SIGKILL comes early enough to record the output before the
+    worker's and the database's limit (timeout + margin) would fail the run without it."""
+    conn.execute("UPDATE pgsched.config SET command_timeout_margin = '3 seconds'")
+    command_worker(kill_grace=60)
+    script = f"trap '' TERM; echo working; sleep 300 & echo $! > {tmp_path}/grandchild; wait; wait"
+    queued = app.enqueue_command(["sh", "-c", script], timeout=1, max_attempts=1)
+    assert (job(conn, queued.id) or {})["timeout"] == timedelta(seconds=4)
+    grandchild = _pid(tmp_path / "grandchild")
+    row = wait_state(conn, queued.id, "completed", "dead", timeout=30)
+    assert row["error"] == "timed out after 1 s"
+    result = row["result"]
+    assert (result["exit_code"], result["signal"], result["timed_out"], result["stdout"]) == (
+        -9,
+        "SIGKILL",
+        True,
+        "working\n",
+    )
+    assert 2.0 <= result["duration_s"] < 4.0  # SIGKILL at 4 - 2 s (COLLECT_S), not at 1 + 60 s
+    wait_for(lambda: _gone(grandchild), 10, what="grandchild gone")
+
+
+def test_a_hung_runner_is_failed_by_the_worker_at_timeout_plus_margin_and_retried(
+    app: App, conn: Conn, command_worker: Any, stuck_sink: Any, tmp_path: Path
+) -> None:
+    """The runner blocks (in a stuck logging call) right at the command's timeout: the worker's own limit fails
+    the run, its thread is abandoned, the job is retried; what the runner reports once unstuck is dropped."""
+    conn.execute("UPDATE pgsched.config SET command_timeout_margin = '2 seconds'")
+    running = command_worker(kill_grace=0.5)
+    queued = app.enqueue_command(_hangs_on_attempt_1(tmp_path / "pid"), timeout=1, max_attempts=2)
+    sink = stuck_sink(_sigterm_of(queued.id))
+    program = _pid(tmp_path / "pid")
+    row = wait_state(conn, queued.id, "completed", "dead", timeout=60)
+    assert sink.stuck.is_set()
+    assert (row["state"], row["attempt"], row["result"]["stdout"]) == ("completed", 2, "attempt 2\ndone\n")
+    [failed] = events(conn, queued.id, "failed")
+    assert (failed["attempt"], failed["detail"]["error"]) == (1, MARGIN_ERROR)
+    assert running.worker._executor.abandoned == 1
+    assert not _gone(program)  # nobody ended the hung run's program yet
+    sink.release.set()  # the runner goes on: it kills the program and reports, too late
+    wait_for(lambda: _gone(program), 15, what="the hung run's program gone")
+    wait_for(lambda: running.worker._executor.abandoned == 0, 15, what="the abandoned runner returned")
+    assert len(events(conn, queued.id, "failed")) == 1
+    assert (job(conn, queued.id) or {})["result"]["stdout"] == "attempt 2\ndone\n"
+
+
+def test_the_database_fails_a_command_whose_worker_hangs_while_its_heartbeats_continue(
+    app: App, conn: Conn, command_worker: Any, stuck_sink: Any, tmp_path: Path
+) -> None:
+    """The runner and the worker's own time limit both block in a stuck log sink; the heartbeat thread (which logs
+    nothing while it works) keeps the lease alive. Housekeeping fails the run at timeout + margin + grace under its
+    token; the retry runs once the worker is unstuck, and the hung run's late outcome is refused."""
+    conn.execute("UPDATE pgsched.config SET command_timeout_margin = '2 seconds', timeout_grace = '1 second'")
+    running = command_worker(kill_grace=0.5, lease=2)  # a lease shorter than the deadline: heartbeats must go on
+    queued = app.enqueue_command(_hangs_on_attempt_1(tmp_path / "pid"), timeout=1, max_attempts=2)
+    sink = stuck_sink(_sigterm_of(queued.id), everyone=True)
+    program = _pid(tmp_path / "pid")
+    [claimed] = wait_for(lambda: events(conn, queued.id, "claimed"), 30, what="the first claim")
+    failed = wait_for(lambda: events(conn, queued.id, "failed"), 30, what="the deadline's failure")
+    assert (failed[0]["attempt"], failed[0]["detail"]["error"]) == (1, MARGIN_ERROR)
+    assert (failed[0]["at"] - claimed["at"]).total_seconds() >= 4.0  # 1 s + 2 s margin + 1 s grace
+    assert not events(conn, queued.id, "lease_expired")  # the heartbeats went on
+    # The worker could not have written it: its time limit is stuck in the sink too, before failing the job.
+    wait_for(
+        lambda: any("sync handler still running after its 3 s timeout" in m for m in sink.blocked),
+        15,
+        what="the worker's own limit stuck in the sink",
+    )
+    assert not _gone(program)
+    sink.release.set()
+    row = wait_state(conn, queued.id, "completed", "dead", timeout=60)
+    assert (row["state"], row["attempt"], row["result"]["stdout"]) == ("completed", 2, "attempt 2\ndone\n")
+    wait_for(lambda: _gone(program), 15, what="the hung run's program gone")
+    wait_for(lambda: running.worker._executor.abandoned == 0, 15, what="the abandoned runner returned")
+    assert len(events(conn, queued.id, "failed")) == 1  # the worker's late failure and the runner's result: refused
+    late = conn.execute(
+        "SELECT accepted FROM pgsched.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])",
+        [queued.id, claimed["token"]],
+    ).fetchone()
+    assert late == {"accepted": False}
+
+
+def test_the_process_pool_runs_commands_on_the_workers_threads_with_the_same_limits(
+    app: App, conn: Conn, command_worker: Any
+) -> None:
+    """With --pool process, a command's runner stays in the worker (its program has its own process group): the
+    runner's timeout still reports, and a quick command completes."""
+    command_worker(pool="process", app_ref="tests.integration.timeouts_app:app", concurrency=1)
+    # The program's parent is the supervisor; the supervisor's parent is the process that ran the runner.
+    quick = app.enqueue_command(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"])
+    row = wait_state(conn, quick.id, "completed", "dead", timeout=60)
+    assert (row["state"], row["result"]["stdout"]) == ("completed", f"{os.getpid()}\n")
+    slow = app.enqueue_command(["sh", "-c", "echo working; exec sleep 300"], timeout=1, max_attempts=1)
+    row = wait_state(conn, slow.id, "completed", "dead", timeout=30)
+    assert (row["error"], row["result"]["stdout"], row["result"]["exit_code"]) == (
+        "timed out after 1 s",
+        "working\n",
+        -15,
+    )

@@ -52,6 +52,7 @@ def test_the_shard_count_is_fixed(deployment: Deployment, owner: Conn, who: str)
         ("events_retention = '-1 day'", "config_retention_range"),
         ("idempotency_retention = '1000 years'", "config_retention_range"),
         ("partitions_ahead = 0", "config_partitions_ahead_range"),
+        ("command_timeout_margin = '1 second'", "config_command_timeout_margin_range"),
     ],
 )
 def test_every_setting_is_validated(deployment: Deployment, owner: Conn, setting: str, constraint: str) -> None:

@@ -21,6 +21,7 @@ from tests.sql.helpers import (
     history,
     job,
     pair,
+    promote_due,
     register_tasks,
     release,
     scalar,
@@ -216,3 +217,96 @@ def test_an_enqueue_role_sets_a_timeout_but_not_the_deadline_nor_the_hand_backs(
         timedelta(seconds=3),
     ]
     assert scalar(conn, "SELECT timeout_grace FROM pgsched.config") == timedelta(seconds=5)
+
+
+def _enqueue_command(conn: Conn, timeout: timedelta | None, max_attempts: int = 2) -> int:
+    return int(
+        scalar(
+            conn,
+            "SELECT pgsched.enqueue_command(ARRAY['sleep', '600'], timeout => %s, max_attempts => %s)",
+            [timeout, max_attempts],
+        )
+    )
+
+
+def _claim_command(conn: Conn, now: datetime) -> dict[str, object]:
+    return claim_one(conn, queues=["commands"], labels=["pgsched:command"], now=now)
+
+
+def test_a_command_job_carries_its_timeout_plus_the_margin_as_its_deadline(conn: Conn, now: datetime) -> None:
+    conn.execute("UPDATE pgsched.config SET command_timeout_margin = '10 seconds'")
+    job_id = _enqueue_command(conn, timedelta(seconds=2))
+    row = job(conn, job_id)
+    assert row is not None
+    assert (row["timeout"], row["args"]["timeout_s"]) == (timedelta(seconds=12), 2)  # the runner kills at 2 s
+    at = now + timedelta(seconds=1)  # enqueue_command took its run_at from now(), after the fixture's
+    got = _claim_command(conn, at)
+    assert start(conn, [pair(got)], now=at) == {job_id: ("started", timedelta(seconds=12))}
+    # The runner hangs; the worker keeps beating: its lease never runs out.
+    for s in (1, 5, 10, 16):
+        assert heartbeat(conn, [pair(got)], now=at + timedelta(seconds=s)) == {job_id: (True, False)}
+        assert expire_leases(conn, now=at + timedelta(seconds=s, milliseconds=900)) == 0  # within 12 s + 5 s
+    assert expire_leases(conn, now=at + timedelta(seconds=17, milliseconds=100)) == 1
+    row = job(conn, job_id)
+    assert row is not None
+    assert row["state"] in ("available", "scheduled")  # retried by its policy: attempt 1 of 2
+    assert row["last_error"] == (
+        "timed out after 12 s: the command runner did not end the command within the margin of its 2 s timeout"
+    )
+    # fenced: the runner's late result is refused
+    later = at + timedelta(seconds=18)
+    assert heartbeat(conn, [pair(got)], now=later) == {job_id: (False, False)}
+    assert complete(conn, [pair(got)], results=[{"exit_code": 0}], now=later) == {job_id: False}
+    assert fail(conn, *pair(got), "timed out after 2 s", now=later) == "lease_lost"
+    assert history(conn, job_id) == []
+    # The second attempt is timed the same way; when it hangs too, it is dead.
+    promote_due(conn, now=at + timedelta(minutes=2))
+    second = _claim_command(conn, at + timedelta(minutes=2))
+    assert start(conn, [pair(second)], now=at + timedelta(minutes=2)) == {job_id: ("started", timedelta(seconds=12))}
+    assert expire_leases(conn, now=at + timedelta(minutes=2, seconds=18)) == 1
+    [dead] = history(conn, job_id)
+    assert (dead["state"], dead["attempt"]) == ("dead", 2)
+    assert dead["error"].startswith("timed out after 12 s: the command runner did not end the command")
+
+
+def test_a_command_job_without_timeout_has_no_deadline_and_is_covered_by_its_lease(conn: Conn, now: datetime) -> None:
+    job_id = _enqueue_command(conn, None)
+    assert job(conn, job_id)["timeout"] is None  # type: ignore[index]
+    at = now + timedelta(seconds=1)
+    got = _claim_command(conn, at)
+    assert start(conn, [pair(got)], now=at) == {job_id: ("started", None)}
+    assert heartbeat(conn, [pair(got)], now=at + timedelta(hours=20)) == {job_id: (True, False)}
+    assert expire_leases(conn, now=at + timedelta(hours=20, seconds=10)) == 0  # beating: it runs as long as it likes
+    # its worker dies: no more heartbeats, the lease runs out and the job runs again
+    assert expire_leases(conn, now=at + timedelta(hours=21)) == 1
+    row = job(conn, job_id)
+    assert row is not None
+    assert (row["state"], row["lease_token"]) == ("available", None)
+    assert row["last_error"].startswith("lease expired at")
+
+
+def test_the_command_timeout_margin_is_a_config_value_with_bounds(conn: Conn) -> None:
+    assert scalar(conn, "SELECT command_timeout_margin FROM pgsched.config") == timedelta(seconds=30)
+    assert job(conn, _enqueue_command(conn, timedelta(hours=1)))["timeout"] == timedelta(hours=1, seconds=30)  # type: ignore[index]
+    conn.execute("UPDATE pgsched.config SET command_timeout_margin = '2 minutes'")
+    assert job(conn, _enqueue_command(conn, timedelta(seconds=1.5)))["timeout"] == timedelta(minutes=2, seconds=1.5)  # type: ignore[index]
+    for bad in ("1 second", "0", "2 days"):
+        with pytest.raises(psycopg.errors.CheckViolation, match="config_command_timeout_margin_range"):
+            conn.execute("UPDATE pgsched.config SET command_timeout_margin = %s::interval", [bad])
+        conn.rollback()
+
+
+def test_a_command_role_gets_the_deadline_and_cannot_loosen_it(
+    conn: Conn,
+    make_role: MakeRole,  # noqa: F811 (the fixture of test_roles)
+) -> None:
+    with connect(make_role("pgsched_command")) as ops:
+        job_id = int(scalar(ops, "SELECT pgsched.enqueue_command(ARRAY['true'], timeout => interval '5 seconds')"))
+        for statement in (
+            "UPDATE pgsched.jobs SET timeout = NULL, deadline_at = NULL",
+            "UPDATE pgsched.config SET command_timeout_margin = '1 day'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                ops.execute(statement)
+            ops.rollback()
+    assert job(conn, job_id)["timeout"] == timedelta(seconds=35)  # type: ignore[index]
