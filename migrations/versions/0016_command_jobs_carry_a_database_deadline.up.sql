@@ -1,0 +1,310 @@
+-- 0016: Command jobs carry a database deadline
+
+-- Command jobs carry a database deadline: their timeout column is the command's timeout plus this margin.
+ALTER TABLE pgsched.config
+    ADD COLUMN command_timeout_margin interval NOT NULL DEFAULT '30 seconds',
+    ADD CONSTRAINT config_command_timeout_margin_range CHECK (
+        command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day');
+-- Command jobs enqueued before the upgrade get it for their next runs (a run started already keeps none).
+UPDATE pgsched.jobs j
+SET timeout = pg_catalog.make_interval(secs => (j.args ->> 'timeout_s')::double precision)
+              + (SELECT c.command_timeout_margin FROM pgsched.config c)
+WHERE j.task = 'pgsched.command' AND j.timeout IS NULL
+  AND pg_catalog.jsonb_typeof(j.args -> 'timeout_s') = 'number' AND (j.args ->> 'timeout_s')::double precision > 0;
+
+-- functions/_fail_overdue.sql
+-- _fail_overdue
+-- contract: fails the running jobs whose run is past its deadline
+-- (deadline_at, set by start() from the job's or the task's timeout) plus
+-- pgsched.config.timeout_grace, whatever their heartbeats say: each through
+-- pgsched.fail() under its current token, with the error 'timed out after N s',
+-- so its retry policy decides (retry with backoff, or dead) and the token is
+-- spent: the hung worker's late complete(), fail() or heartbeat() is refused.
+-- Returns the number of jobs failed (at most p_limit). expire_leases calls it,
+-- so scanners and housekeeping workers both enforce deadlines. A command job
+-- (its timeout column is the command's timeout + config.command_timeout_margin,
+-- see enqueue_command) gets the reason spelt out: 'timed out after 31 s: the
+-- command runner did not end the command within the margin of its 1 s timeout'.
+--
+-- Only started runs count (started_at is set by start() and cleared by every
+-- claim, so a deadline_at left from an earlier run never applies). Candidates
+-- are locked with SKIP LOCKED: a completion in flight wins, and fail() checks
+-- the token again.
+CREATE OR REPLACE FUNCTION pgsched._fail_overdue(
+    p_now   timestamptz,
+    p_limit integer,
+    p_shard integer
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_grace interval;
+    v_job record;
+    v_count integer := 0;
+BEGIN
+    SELECT c.timeout_grace INTO v_grace FROM pgsched.config c;
+    FOR v_job IN
+        SELECT j.id, j.shard, j.lease_token, j.deadline_at - j.started_at AS timeout,
+               CASE WHEN j.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(j.args -> 'timeout_s') = 'number'
+                    THEN j.args ->> 'timeout_s' END AS command_timeout
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.started_at IS NOT NULL AND j.deadline_at < v_now - v_grace
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        IF pgsched.fail(v_job.id, v_job.lease_token,
+                        pg_catalog.format('timed out after %s s',
+                            pg_catalog.round(EXTRACT(epoch FROM v_job.timeout), 3)::double precision)
+                        || CASE WHEN v_job.command_timeout IS NOT NULL THEN pg_catalog.format(
+                            ': the command runner did not end the command within the margin of its %s s timeout',
+                            v_job.command_timeout) ELSE '' END,
+                        NULL, false, p_now) <> 'lease_lost' THEN
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+
+-- functions/enqueue_command.sql
+-- enqueue_command
+-- contract: adds one command job and returns its id: the program argv (no
+-- shell unless argv names one), run by a worker started with --commands, in
+-- its own process group, with env over a minimal base environment, in cwd
+-- (absolute; NULL: the worker's HOME), killed after timeout (NULL: none).
+-- The history row's result then holds exit_code, stdout, stderr (tails) and
+-- duration_s. Validated before anything is written: argv has 1 to 4096
+-- elements, none NULL, the first not empty, at most 128 kB each and 256 kB
+-- in all; env is an object of at most 1000 string values under names
+-- [A-Za-z_][A-Za-z0-9_]*, 256 kB in all; else invalid_parameter_value
+-- naming the parameter. Idempotency keys, run_at, priority, labels and
+-- tenants behave as in enqueue(). Granted to pgsched_command only: the task
+-- pgsched.command is refused on every other path (_check_command_task).
+-- The job is stored as task pgsched.command with args {argv, env, cwd,
+-- timeout_s} and the label pgsched:command, which only --commands workers
+-- offer, so no other worker ever claims it. With a timeout, the job's
+-- timeout column is timeout + config.command_timeout_margin: the runner
+-- kills the program at timeout and records its output within the margin,
+-- so the worker's own time limit and the database's deadline (start(),
+-- _fail_overdue) fire only when the runner itself failed to end the run.
+CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
+    argv            text[],
+    env             jsonb       DEFAULT '{}',
+    cwd             text        DEFAULT NULL,
+    timeout         interval    DEFAULT NULL,
+    queue           text        DEFAULT 'commands',
+    max_attempts    integer     DEFAULT NULL,
+    run_at          timestamptz DEFAULT NULL,
+    priority        integer     DEFAULT 0,
+    idempotency_key text        DEFAULT NULL,
+    labels          text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_run_at timestamptz := coalesce(enqueue_command.run_at, pg_catalog.now());
+    v_queue text := coalesce(enqueue_command.queue, 'commands');
+    v_env jsonb := coalesce(enqueue_command.env, '{}');
+    v_labels text[];
+    v_args jsonb;
+    v_limit integer;
+    v_max integer := enqueue_command.max_attempts;
+    v_margin interval;
+    v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
+    v_shard smallint;
+    v_bad text;
+BEGIN
+    PERFORM pgsched._check_tenant(enqueue_command.tenant);
+    IF enqueue_command.argv IS NULL OR pg_catalog.cardinality(argv) = 0 THEN
+        RAISE EXCEPTION 'pgsched: argv must name a program: at least one element'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF pg_catalog.array_ndims(argv) > 1 OR pg_catalog.cardinality(argv) > 4096 THEN
+        RAISE EXCEPTION 'pgsched: argv must be a one-dimensional array of at most 4096 elements, not % in % dimensions',
+                pg_catalog.cardinality(argv), pg_catalog.array_ndims(argv)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF pg_catalog.array_position(argv, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: argv element % is NULL', pg_catalog.array_position(argv, NULL)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF argv[pg_catalog.array_lower(argv, 1)] = '' THEN
+        RAISE EXCEPTION 'pgsched: argv''s first element, the program, is empty'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF (SELECT pg_catalog.max(pg_catalog.octet_length(a)) FROM unnest(argv) a) > 131072
+       OR (SELECT pg_catalog.sum(pg_catalog.octet_length(a)) FROM unnest(argv) a) > 262144 THEN
+        RAISE EXCEPTION 'pgsched: argv is too large: at most 128 kB an element and 256 kB in all'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF pg_catalog.jsonb_typeof(v_env) <> 'object' THEN
+        RAISE EXCEPTION 'pgsched: env must be a JSON object of strings, not %', pg_catalog.jsonb_typeof(v_env)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    SELECT e.key INTO v_bad FROM pg_catalog.jsonb_each(v_env) e
+    WHERE pg_catalog.jsonb_typeof(e.value) <> 'string' ORDER BY e.key LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: env value of % must be a string, not %', pgsched._shown(v_bad),
+                pg_catalog.jsonb_typeof(v_env -> v_bad)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    SELECT e.key INTO v_bad FROM pg_catalog.jsonb_each(v_env) e
+    WHERE e.key !~ '^[A-Za-z_][A-Za-z0-9_]*$' OR pg_catalog.length(e.key) > 256 ORDER BY e.key LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: env name % is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 256)',
+                pgsched._shown(v_bad)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    IF (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_env)) > 1000
+       OR pg_catalog.octet_length(v_env::text) > 262144 THEN
+        RAISE EXCEPTION 'pgsched: env is too large: at most 1000 variables and 256 kB'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    IF cwd IS NOT NULL AND (pg_catalog.left(cwd, 1) <> '/' OR pg_catalog.octet_length(cwd) > 4096) THEN
+        RAISE EXCEPTION 'pgsched: cwd % must be an absolute path of at most 4096 bytes', pgsched._shown(cwd)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'cwd';
+    END IF;
+    IF enqueue_command.timeout IS NOT NULL
+       AND (enqueue_command.timeout <= interval '0' OR enqueue_command.timeout > interval '366 days') THEN
+        RAISE EXCEPTION 'pgsched: timeout % must be positive and at most 366 days (NULL: none)', enqueue_command.timeout
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'timeout';
+    END IF;
+
+    v_labels := coalesce(enqueue_command.labels, '{}');
+    IF NOT 'pgsched:command' = ANY (v_labels) THEN
+        v_labels := v_labels || 'pgsched:command'::text;
+    END IF;
+    v_args := pg_catalog.jsonb_build_object(
+        'argv', pg_catalog.to_jsonb(argv), 'env', v_env, 'cwd', cwd,
+        'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout));
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin
+    INTO v_limit, v_max, v_margin
+    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = 'pgsched.command';
+    PERFORM pgsched._check_job('pgsched.command', v_queue, v_args, coalesce(enqueue_command.priority, 0), v_run_at,
+                               v_max, enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
+    PERFORM pgsched._check_payload(v_args, v_limit);
+
+    IF enqueue_command.idempotency_key IS NULL THEN
+        v_shard := pgsched._random_shard();
+    ELSE
+        v_shard := pgsched._shard_for_key(enqueue_command.idempotency_key);
+        -- As in enqueue(): the key row is the lock; a repeat returns the holder.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue_command.idempotency_key, enqueue_command.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now;
+        IF NOT FOUND THEN
+            RETURN pgsched._key_holder(enqueue_command.idempotency_key, 'pgsched.command', v_args, NULL,
+                                       enqueue_command.tenant);
+        END IF;
+    END IF;
+
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+    INSERT INTO pgsched.jobs
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         timeout)
+    VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+            v_queue, 'pgsched.command', v_args, coalesce(enqueue_command.priority, 0), v_run_at, 0, v_max,
+            enqueue_command.idempotency_key, v_labels, enqueue_command.tenant, enqueue_command.timeout + v_margin);
+    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
+    PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
+                                 CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);
+    RETURN v_id;
+END
+$$;
+
+
+-- functions/retry.sql
+-- retry
+-- contract: re-enqueues (redrives) a dead or cancelled job under its own id,
+-- due now, with a fresh attempt budget (the task's max_attempts, else the
+-- install default) on top of the attempts it used: the attempt counter keeps
+-- growing across redrives. Its history rows stay. Returns
+-- 'retried', 'active' (the job is queued or running already),
+-- 'not_retryable' (it completed) or 'not_found' (also for a job of another
+-- tenant when the session is confined to one, see _check_tenant). A command
+-- job gets its deadline again: timeout = its args' timeout_s +
+-- config.command_timeout_margin (as enqueue_command sets it).
+CREATE OR REPLACE FUNCTION pgsched.retry(
+    job_id bigint,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_last pgsched.job_history;
+    v_id bigint;
+    v_tenant text;
+BEGIN
+    -- This function bypasses row-level security, so it confines tenants itself.
+    SELECT t.tenant INTO v_tenant
+    FROM (SELECT j.tenant FROM pgsched.jobs j WHERE j.id = retry.job_id
+          UNION ALL
+          SELECT h.tenant FROM pgsched.job_history h WHERE h.id = retry.job_id) t
+    LIMIT 1;
+    IF FOUND THEN
+        BEGIN
+            PERFORM pgsched._check_tenant(v_tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RETURN 'not_found';
+        END;
+    END IF;
+
+    -- An enqueue that is making a job depend on this one finishes first (see _depend).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(retry.job_id));
+    IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
+        RETURN 'active';
+    END IF;
+    SELECT * INTO v_last
+    FROM pgsched.job_history h
+    WHERE h.id = retry.job_id
+    ORDER BY h.finished_at DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_last.state = 'completed' THEN
+        RETURN 'not_retryable';
+    END IF;
+
+    -- The primary key (id, shard) makes a concurrent second redrive a no-op.
+    INSERT INTO pgsched.jobs AS j
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
+         concurrency_key, timeout)
+    VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
+            v_last.concurrency_key,
+            CASE WHEN v_last.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(v_last.args -> 'timeout_s') = 'number'
+                      AND (v_last.args ->> 'timeout_s')::double precision > 0
+                 THEN pg_catalog.make_interval(secs => (v_last.args ->> 'timeout_s')::double precision)
+                      + (SELECT c.command_timeout_margin FROM pgsched.config c) END)
+    ON CONFLICT DO NOTHING
+    RETURNING j.id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN 'active';
+    END IF;
+    -- The insert trigger starts every job at attempt 0; carry the count on.
+    UPDATE pgsched.jobs j
+    SET attempt = v_last.attempt,
+        max_attempts = least(v_last.attempt::bigint + j.max_attempts, 1000000)::integer
+    WHERE j.id = v_id AND j.shard = v_last.shard;
+    PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
+        pg_catalog.jsonb_build_object('previous_state', v_last.state));
+    RETURN 'retried';
+END
+$$;
+
