@@ -115,6 +115,7 @@ CREATE TABLE pgsched.job_history (
     service             boolean           NOT NULL DEFAULT false,
     claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
     concurrency_key     text,
+    timeout             interval,         -- the job's own run limit, given back by a redrive (retry)
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS

@@ -5,9 +5,10 @@
 -- growing across redrives. Its history rows stay. Returns
 -- 'retried', 'active' (the job is queued or running already),
 -- 'not_retryable' (it completed) or 'not_found' (also for a job of another
--- tenant when the session is confined to one, see _check_tenant). A command
--- job gets its deadline again: timeout = its args' timeout_s +
--- config.command_timeout_margin (as enqueue_command sets it).
+-- tenant when the session is confined to one, see _check_tenant). It keeps
+-- its own run limit (job_history.timeout); a command job gets its deadline
+-- again as enqueue_command sets it: its args' timeout_s + the current
+-- config.command_timeout_margin.
 CREATE OR REPLACE FUNCTION pgsched.retry(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -63,7 +64,8 @@ BEGIN
             CASE WHEN v_last.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(v_last.args -> 'timeout_s') = 'number'
                       AND (v_last.args ->> 'timeout_s')::double precision > 0
                  THEN pg_catalog.make_interval(secs => (v_last.args ->> 'timeout_s')::double precision)
-                      + (SELECT c.command_timeout_margin FROM pgsched.config c) END)
+                      + (SELECT c.command_timeout_margin FROM pgsched.config c)
+                 ELSE v_last.timeout END)
     ON CONFLICT DO NOTHING
     RETURNING j.id INTO v_id;
     IF v_id IS NULL THEN

@@ -24,6 +24,7 @@ from tests.sql.helpers import (
     promote_due,
     register_tasks,
     release,
+    retry,
     scalar,
 )
 from tests.sql.test_roles import MakeRole, connect, make_role  # noqa: F401
@@ -310,3 +311,33 @@ def test_a_command_role_gets_the_deadline_and_cannot_loosen_it(
                 ops.execute(statement)
             ops.rollback()
     assert job(conn, job_id)["timeout"] == timedelta(seconds=35)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("ending", ["dead", "cancelled", "completed-then-kept"])
+def test_a_redriven_job_keeps_its_own_timeout(conn: Conn, now: datetime, ending: str) -> None:
+    job_id = enqueue(conn, timeout=timedelta(seconds=3), max_attempts=1)
+    got = claim_one(conn, now=now)
+    assert got["id"] == job_id
+    other = enqueue(conn)  # no timeout of its own, beside it
+    if ending == "cancelled":
+        assert scalar(conn, "SELECT pgsched.cancel(%s, %s)", [job_id, now]) in {"cancelled", "cancel_requested"}
+        fail(conn, *pair(got), final=True, now=now)
+    elif ending == "dead":
+        assert fail(conn, *pair(got), final=True, now=now) == "dead"
+    else:
+        assert complete(conn, [pair(got)], now=now)
+    assert history(conn, job_id)[-1]["timeout"] == timedelta(seconds=3)
+    if ending == "completed-then-kept":
+        assert retry(conn, job_id, now=now) == "not_retryable"
+        return
+    assert retry(conn, job_id, now=now) == "retried"
+    row = job(conn, job_id)
+    assert row is not None
+    assert row["timeout"] == timedelta(seconds=3)
+    promote_due(conn, now=now + timedelta(seconds=1))
+    again = claim_one(conn, now=now + timedelta(seconds=1))
+    if again["id"] != job_id:
+        again = claim_one(conn, now=now + timedelta(seconds=1))
+    at = now + timedelta(seconds=2)
+    assert start(conn, [pair(again)], now=at) == {job_id: ("started", timedelta(seconds=3))}
+    assert (job(conn, other) or {})["timeout"] is None
