@@ -22,7 +22,8 @@ def test_pause_resume_and_remove_change_the_schedule(dsn: str) -> None:
     assert cli.json("schedules", "pause", "cli.nightly") == {"name": "cli.nightly", "paused": True}
     assert enabled(dsn, "cli.nightly") is False
     removed = cli.json("schedules", "remove", "cli.nightly")
-    assert removed["name"] == "cli.nightly" and removed["removed"] is True
+    assert removed["name"] == "cli.nightly"
+    assert removed["removed"] is True
     assert isinstance(removed["withdrawn"], int)
     assert enabled(dsn, "cli.nightly") is None
 
