@@ -626,6 +626,11 @@ def _dropped(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(
+            "a psycopg.AsyncConnection goes with the async calls (enqueue_async, enqueue_many_async, "
+            "cancel_async); these take a psycopg.Connection"
+        )
     # Tuples whatever row factory the caller's connection uses.
     with conn.cursor(row_factory=tuple_row) as cur:
         return cur.execute(query, params).fetchall()
