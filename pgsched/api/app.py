@@ -587,17 +587,20 @@ class App:
         """Run the registered hooks for every event from position ``since`` (default: now) until ``stop``.
 
         Each event reaches the hooks once per follower, in stream order.
-        ``on_position`` is called with each event's position after its hooks
-        ran (persist it to resume); returns the last position.
+        ``on_position`` is called with the position to resume from once the
+        hooks of a transaction's events all ran (persist it to resume: events of
+        one transaction share a position); returns the last position.
         """
         from pgsched.api.events import EventFollower
 
         follower = EventFollower(self.dsn, since=since, stop=stop, poll_interval=poll_interval)
+        saved = since
         try:
             for event in follower:
                 self.event_hooks.run(event)
-                if on_position is not None and event.position is not None:
-                    on_position(event.position)
+                if on_position is not None and follower.position is not None and follower.position != saved:
+                    saved = follower.position
+                    on_position(saved)
         finally:
             self.event_hooks.close()
         return follower.position or 0
@@ -623,6 +626,11 @@ def _dropped(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(
+            "a psycopg.AsyncConnection goes with the async calls (enqueue_async, enqueue_many_async, "
+            "cancel_async); these take a psycopg.Connection"
+        )
     # Tuples whatever row factory the caller's connection uses.
     with conn.cursor(row_factory=tuple_row) as cur:
         return cur.execute(query, params).fetchall()

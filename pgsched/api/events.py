@@ -112,8 +112,11 @@ class EventFollower:
     Reads ``pgsched.read_events`` in batches; when it has caught up it waits
     for a NOTIFY on pgsched_events, at most ``poll_interval`` seconds (the
     fallback when notifications do not arrive: events off, a pooler in
-    transaction mode, a dropped LISTEN). ``position`` is the position of
-    the last event yielded: pass it as ``since`` to resume after a restart.
+    transaction mode, a dropped LISTEN). ``position`` is where to resume
+    once the event just yielded is handled (pass it as ``since`` after a
+    restart): that event's position when it is the last of its transaction,
+    else the previous transaction's, so the rest of a transaction is never
+    skipped (a restart runs its events again: at least once).
     A lost connection is reopened with backoff, from the same position.
     """
 
@@ -165,11 +168,16 @@ class EventFollower:
         while not self.stop.is_set():
             assert self.position is not None
             found = read_events(conn, self.position, self._batch)
-            for event in found:
-                yield event
+            for i, event in enumerate(found):
                 assert event.position is not None
-                self.position = event.position
-                if self.stop.is_set():
+                # The events of one transaction share a position (a batch holds them all): the
+                # position moves past a transaction only with its last event, and a stop waits for
+                # it, so resuming from the position never skips the rest of a transaction.
+                whole = i + 1 == len(found) or found[i + 1].position != event.position
+                if whole:
+                    self.position = event.position
+                yield event
+                if whole and self.stop.is_set():
                     return
             if len(found) >= self._batch:
                 continue

@@ -54,10 +54,11 @@ def dashboard(
     """Serve the web dashboard: queues, jobs, dead letters, schedules, and /metrics.
 
     \b
-    Pages:    /  /queues/QUEUE  /jobs/ID  /dead  /schedules
+    Pages:    /  /queues/QUEUE  /jobs (search)  /jobs/ID  /dead  /schedules
     JSON:     the same under /api/ (e.g. /api/overview)
     Metrics:  /metrics (Prometheus; queue gauges read from the database at each scrape)
-    Actions:  cancel, retry, pause/resume queues and schedules (POST; off with --read-only)
+    Actions:  cancel, retry, pause/resume queues and schedules, bulk cancel/retry of
+              a search (/jobs/bulk/VERB; POST; off with --read-only)
 
     Basic auth is required when PGSCHED_DASHBOARD_USER and
     PGSCHED_DASHBOARD_PASSWORD are set. A request whose Host header is not an

@@ -39,6 +39,20 @@ def _write_position(path: Path, position: int) -> None:
     os.replace(tmp, path)  # a crash leaves the old position or the new one, never half of one
 
 
+def _check_writable(path: Path) -> None:
+    """Refuse a position file that cannot be written before any event is printed (or a hook run)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("a"):
+            pass
+        tmp.unlink()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot write {tmp} ({exc.strerror}): the position file needs a writable directory",
+            param_hint="--position-file",
+        ) from None
+
+
 def _read_position(path: Path) -> int | None:
     try:
         text = path.read_text().strip()
@@ -103,6 +117,8 @@ def events(
         from pgsched.api.loader import load_app
 
         hooks = load_app(app_ref).event_hooks
+    if position_file is not None:
+        _check_writable(position_file)
     if since is None and position_file is not None:
         since = _read_position(position_file)
 
@@ -136,10 +152,13 @@ def events(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     follower = EventFollower(cli.resolve(), since=since, poll_interval=poll_interval, stop=stop)
+    saved = since
     for event in follower:
         show(event)
-        if position_file is not None and event.position is not None:
-            _write_position(position_file, event.position)
+        # The follower's position moves past a transaction only with its last event (they share one).
+        if position_file is not None and follower.position is not None and follower.position != saved:
+            saved = follower.position
+            _write_position(position_file, saved)
     hooks.close()
 
 

@@ -275,7 +275,7 @@ def _find_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
 
 
 def _summary(row: dict[str, Any]) -> dict[str, Any]:
-    """A listed job: the error cut to its first line, attempts as 'n/max' for tables."""
+    """A listed job: the error cut to one line (a traceback's exception), attempts as 'n/max' for tables."""
     out = dict(row)
     out["error"] = first_line(row.get("error"))
     out["attempts"] = f"{row['attempt']}/{row['max_attempts']}"
@@ -516,7 +516,8 @@ _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print a JSO
 def dlq(ctx: click.Context, queue: str | None, limit: int, as_json: bool) -> None:
     """List dead letters (jobs that used up their attempts), most recent first; redrive them.
 
-    Errors show their first line; `pgsched jobs show ID` has the full text.
+    Errors show one line (for a traceback, the exception raised); `pgsched jobs show ID` has the
+    full text.
     """
     if ctx.invoked_subcommand is None:
         _list_dead(ctx, queue, limit, as_json)

@@ -158,43 +158,58 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 
 @schedules.command("remove")
 @click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
-def remove(ctx: click.Context, name: str) -> None:
+def remove(ctx: click.Context, name: str, as_json: bool) -> None:
     """Remove schedule NAME and withdraw its occurrences that have not started."""
     with state(ctx).connect() as conn:
         row = conn.execute("SELECT pgsched.remove_schedule(%s) AS withdrawn", (name,)).fetchone()
     if row is None or row["withdrawn"] is None:
         click.echo(f"error: no schedule named {name!r}", err=True)
         sys.exit(1)
-    click.echo(f"schedule {name} removed; {row['withdrawn']} waiting occurrences withdrawn")
+    if as_json:
+        emit_json({"name": name, "removed": True, "withdrawn": row["withdrawn"]})
+    else:
+        click.echo(f"schedule {name} removed; {row['withdrawn']} waiting occurrences withdrawn")
 
 
-def _toggle(ctx: click.Context, name: str, function: str, done: str) -> None:
+_TOGGLES = {
+    "paused": "SELECT pgsched.pause_schedule(%s) AS ok",
+    "resumed": "SELECT pgsched.resume_schedule(%s) AS ok",
+}
+
+
+def _toggle(ctx: click.Context, name: str, done: str, as_json: bool) -> None:
     with state(ctx).connect() as conn:
-        row = conn.execute(f"SELECT pgsched.{function}(%s) AS ok", (name,)).fetchone()
+        row = conn.execute(_TOGGLES[done], (name,)).fetchone()
     if not row or not row["ok"]:
         click.echo(f"error: no schedule named {name!r}", err=True)
         sys.exit(1)
-    click.echo(f"schedule {name} {done}")
+    if as_json:
+        emit_json({"name": name, "paused": done == "paused"})
+    else:
+        click.echo(f"schedule {name} {done}")
 
 
 @schedules.command("pause")
 @click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
-def pause(ctx: click.Context, name: str) -> None:
+def pause(ctx: click.Context, name: str, as_json: bool) -> None:
     """Stop NAME from firing; occurrences not yet due are withdrawn at the next scan."""
-    _toggle(ctx, name, "pause_schedule", "paused")
+    _toggle(ctx, name, "paused", as_json)
 
 
 @schedules.command("resume")
 @click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
-def resume(ctx: click.Context, name: str) -> None:
+def resume(ctx: click.Context, name: str, as_json: bool) -> None:
     """Let NAME fire again from now on (occurrences during the pause do not run)."""
-    _toggle(ctx, name, "resume_schedule", "resumed")
+    _toggle(ctx, name, "resumed", as_json)
 
 
 @schedules.command("preview")

@@ -510,6 +510,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, psycopg.DataError):
+        # A value from the request the database cannot take (a NUL byte in a filter, say): the
+        # request is wrong, the database is fine.
+        return _error_page(request, 400, "Bad request", redact(f"This request holds a value pgsched cannot use: {exc}"))
     log.warning("dashboard: database error on %s: %s", request.url.path, exc)
     return _error_page(request, 503, "Database unavailable", redact(f"The database could not be read: {exc}"))
 

@@ -74,6 +74,9 @@ def test_dlq_shows_the_exception_of_a_traceback_and_jobs_show_keeps_it_whole(dsn
     assert "Traceback (most recent" not in table
     shown = cli.ok("jobs", "show", str(job_id)).out
     assert TRACEBACK in shown
+    helped = " ".join(cli.ok("dlq", "--help").out.split())
+    assert "for a traceback, the exception raised" in helped
+    assert "first line" not in helped
 
 
 def test_an_empty_dlq(dsn: str) -> None:

@@ -138,3 +138,14 @@ def test_hooks_of_an_app_run_for_each_event_and_the_position_file_resumes(dsn: s
     )
     assert result.code == 0, str(result)
     assert out.read_text().splitlines()[3:] == [f"every {later} completed {position.read_text().strip()}"]
+
+
+def test_a_position_file_that_cannot_be_written_is_refused_before_any_event(dsn: str, tmp_path: Path) -> None:
+    with connect(dsn) as conn:
+        make_completed(conn, "q1")
+    result = Cli(dsn)("events", "--since", "0", "--position-file", str(tmp_path / "missing" / "position"))
+    assert result.code == 2, str(result)
+    assert "cannot write" in result.err
+    assert "--position-file" in result.err
+    assert "Traceback" not in result.err
+    assert result.out == ""  # nothing printed whose position could not be kept

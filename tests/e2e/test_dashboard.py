@@ -428,7 +428,7 @@ def test_help_of_dashboard_and_worker_metrics_port() -> None:
     dashboard = run("dashboard", "--help")
     worker = run("worker", "--help")
     assert dashboard.code == 0, str(dashboard)
-    for phrase in ("--host", "--port", "--read-only", "PGSCHED_DASHBOARD_USER", "/metrics"):
+    for phrase in ("--host", "--port", "--read-only", "PGSCHED_DASHBOARD_USER", "/metrics", "/jobs (search)", "bulk"):
         assert phrase in dashboard.out
     assert "--metrics-port [HOST:]PORT" in worker.out
 

@@ -196,10 +196,14 @@ def test_search_across_queues_by_every_filter(
             ({"args": "{not json"}, "args must be a JSON object"),
             ({"since": "yesterday"}, "since must be a time"),
             ({"time": "never"}, "time must be one of"),
+            ({"task": "mail\x00send"}, "cannot use"),  # a value the database cannot take: the request is wrong
+            ({"tenant": "a\x00"}, "cannot use"),
         ):
             refused = get(**params)
             assert refused.status_code == 400, params
             assert message in refused.json()["error"]
+        assert http.get("/api/dead", params={"queue": "q\x00"}).status_code == 400
+        assert http.get("/queues/q%00").status_code == 400
 
         page = http.get("/jobs", params={"task": "mail.send", "tenant": "acme"})
         nav = http.get("/jobs")

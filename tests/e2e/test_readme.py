@@ -128,3 +128,9 @@ def test_the_job_dependencies_section_runs_as_written(dsn: str, tmp_path: Path) 
     assert started[None] >= max(finished["a"], finished["b"])
     assert started["report"] >= finished[None]
     assert started["archive"] >= finished["report"]
+
+
+def test_every_app_the_readme_and_docs_run_is_the_module_the_readme_defines() -> None:
+    texts = [README.read_text(), *(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))]
+    refs = {ref for text in texts for ref in re.findall(r"--app (myapp\.[\w.]+):app", text)}
+    assert refs == {"myapp.tasks"}, "README's tasks module is myapp/tasks.py"

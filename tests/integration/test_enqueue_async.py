@@ -108,3 +108,19 @@ def test_async_errors_are_the_same_and_leave_nothing(app: App, dsn: str, conn: C
 
     asyncio.run(main())
     assert count(conn) == 1
+
+
+def test_an_async_connection_handed_to_the_sync_calls_is_a_clear_error(app: App, dsn: str, conn: Conn) -> None:
+    task = app.task(name="async.mixed")(handler)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as async_conn:
+            with pytest.raises(TypeError, match="goes with the async calls"):
+                task.enqueue(1, conn=async_conn)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="goes with the async calls"):
+                app.enqueue_many([task.job(1), task.job(2)], conn=async_conn)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="goes with the async calls"):
+                app.cancel(1, conn=async_conn)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+    assert count(conn) == 0

@@ -71,3 +71,53 @@ def test_unknown_event_states_are_refused(app: App) -> None:
 @pytest.mark.parametrize("payload", ["", "marker", "[]", '{"id": 1}', '{"id": "x", "queue": "q", "task": "t"}'])
 def test_payloads_that_are_not_events_are_ignored(payload: Any) -> None:
     assert parse_payload(payload) is None
+
+
+class _Crash(BaseException):
+    """What a follower dying in a hook looks like to follow_events (no hook-error handling catches it)."""
+
+
+def _one_transaction_of_three_events(app: App) -> tuple[int, list[int]]:
+    """Three jobs cancelled in one transaction (their events share a position); the position before them."""
+    import psycopg
+
+    from pgsched.api.events import current_position
+
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        before = current_position(conn)
+        with conn.transaction():
+            ids = [int(conn.execute("SELECT pgsched.enqueue('e.batch') AS id").fetchone()[0]) for _ in range(3)]
+            for job_id in ids:
+                conn.execute("SELECT pgsched.cancel(%s)", [job_id])
+    return before, ids
+
+
+def test_a_follower_stopped_or_dead_inside_a_transaction_skips_none_of_its_events(app: App) -> None:
+    before, ids = _one_transaction_of_three_events(app)
+    stop = threading.Event()
+    seen: list[int] = []
+    positions: list[int] = []
+    crash_at: list[int] = []
+
+    @app.on_event("cancelled")
+    def on_cancelled(event: Event) -> None:
+        seen.append(event.id)
+        if crash_at and len(seen) == crash_at[0]:
+            raise _Crash
+        if not crash_at and len(seen) == 1:
+            stop.set()  # a SIGTERM after the first event of the transaction
+
+    # Stopped after the first event: the rest of its transaction still runs, then its position is saved.
+    last = app.follow_events(since=before, stop=stop, on_position=positions.append)
+    assert seen == ids
+    assert positions == [last]
+
+    # Dead at the second event: no position was saved inside the transaction, so a restart from the
+    # last saved one (before it) runs all three again, at least once, and skips none.
+    seen.clear()
+    positions.clear()
+    crash_at.append(2)
+    with pytest.raises(_Crash):
+        app.follow_events(since=before, stop=threading.Event(), on_position=positions.append)
+    assert seen == ids[:2]
+    assert positions == []

@@ -46,6 +46,7 @@ QUEUE_TYPES = {
     "pgsched_queue_paused": "gauge",
     "pgsched_workers_live": "gauge",
 }
+REPLICA_TYPES = {"pgsched_read_replica": "gauge", "pgsched_replica_lag_seconds": "gauge"}  # with --read-dsn
 WINDOWED = re.compile(r"_\d+(ms|s|m|h|d)(_|$)")
 
 
@@ -186,8 +187,12 @@ def test_docs_list_every_metric_and_the_dashboard_and_alerts_use_only_real_ones(
     import json
     from pathlib import Path
 
+    from pgsched.observe.metrics import replica_families
+
+    replica = replica_families({"in_recovery": True, "lag_s": 0.5})
+    assert {family.name: family.type for family in replica} == REPLICA_TYPES
     docs = Path(__file__).resolve().parents[2] / "docs"
-    exposed = {_exposed_name(name, kind) for name, kind in {**WORKER_TYPES, **QUEUE_TYPES}.items()}
+    exposed = {_exposed_name(name, kind) for name, kind in {**WORKER_TYPES, **QUEUE_TYPES, **REPLICA_TYPES}.items()}
     listed = set(re.findall(r"^\| `(pgsched_[a-z_]+)` \|", (docs / "metrics.md").read_text(), flags=re.MULTILINE))
     assert listed == exposed
     known = exposed | {
