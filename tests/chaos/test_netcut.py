@@ -55,6 +55,13 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
     back_to_work(env, since)
 
     for _ in range(terminations):
+        # Its connections back from the last cut first (reconnects back off; a loaded machine is slower).
+        wait_until(
+            lambda: env.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [APP]) >= 3,
+            30,
+            "the cut worker's connections open",
+            env,
+        )
         since = env.scalar("SELECT clock_timestamp()")
         killed = env.scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", [APP]
@@ -66,6 +73,7 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
         time.sleep(0.5)
 
     for _ in range(resets):
+        wait_until(lambda: proxy.connections >= 3, 30, "the cut worker's connections open through the proxy", env)
         since = env.scalar("SELECT clock_timestamp()")
         # claim, heartbeat and listener at least (the completer may be between connections)
         assert proxy.cut() >= 3
