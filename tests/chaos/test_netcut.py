@@ -25,6 +25,11 @@ def completions_by(env: Env, worker: str, since: object) -> int:
     )
 
 
+def told_since(env: Env, since: object) -> int:
+    """Runs of the cut worker whose handler saw ctx.lease_lost after `since` (db time)."""
+    return int(env.scalar("SELECT count(*) FROM chaos.runs WHERE worker = 'cut' AND lease_lost > %s", [since]))
+
+
 def back_to_work(env: Env, since: object, timeout: float = 30.0) -> float:
     """Seconds from `since` (db time) until the cut worker completes a job it claimed afterwards."""
     wait_until(lambda: completions_by(env, "cut", since) > 0, timeout, "the cut worker completing work again", env)
@@ -50,6 +55,13 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
     back_to_work(env, since)
 
     for _ in range(terminations):
+        # Its connections back from the last cut first (reconnects back off; a loaded machine is slower).
+        wait_until(
+            lambda: env.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [APP]) >= 3,
+            30,
+            "the cut worker's connections open",
+            env,
+        )
         since = env.scalar("SELECT clock_timestamp()")
         killed = env.scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", [APP]
@@ -61,6 +73,7 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
         time.sleep(0.5)
 
     for _ in range(resets):
+        wait_until(lambda: proxy.connections >= 3, 30, "the cut worker's connections open through the proxy", env)
         since = env.scalar("SELECT clock_timestamp()")
         # claim, heartbeat and listener at least (the completer may be between connections)
         assert proxy.cut() >= 3
@@ -72,8 +85,9 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
     for i in range(partitions):
         log_before = len(cut.text())
         # Make sure it is running long handlers when the partition starts: they must be told.
-        # (8: the other worker takes at most 4, it does not prefetch.)
-        long_ids = env.enqueue(8, f"cut-long{i}", sleep=partition_s + lease, sleep_after=0.1)
+        # (8: the other worker takes at most 4, it does not prefetch.) Ten seconds beyond the partition and a
+        # lease, so they are still running when the watchdog tells them even on a loaded machine.
+        long_ids = env.enqueue(8, f"cut-long{i}", sleep=partition_s + lease + 10, sleep_after=0.1)
         acked_long += long_ids
         wait_until(
             lambda long_ids=long_ids: (
@@ -93,9 +107,17 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
         proxy.hold()
         held_at = env.scalar("SELECT clock_timestamp()")
         time.sleep(partition_s)
-        healed_at = env.scalar("SELECT clock_timestamp()")
         # The jobs it held were rescued and finished elsewhere meanwhile.
-        env.wait_finished(held, 30, "jobs of the partitioned worker rescued")
+        env.wait_finished(held, 60, "jobs of the partitioned worker rescued")
+        # Still partitioned: a loaded machine may take a while to run the watchdog and the handlers (the cut
+        # worker never hears from the database meanwhile, so only the watchdog can tell them).
+        wait_until(
+            lambda held_at=held_at: told_since(env, held_at) > 0,
+            30,
+            "handlers of the partitioned worker told of the lost lease",
+            env,
+        )
+        healed_at = env.scalar("SELECT clock_timestamp()")  # the partition lasts until the heal just below
         told_in_partition += int(
             env.scalar(
                 "SELECT count(*) FROM chaos.runs WHERE worker = 'cut' AND lease_lost BETWEEN %s AND %s",

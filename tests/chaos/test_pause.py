@@ -26,9 +26,11 @@ def run_pause(env: Env, *, rounds: int, lease: float) -> None:
     for round_no in range(rounds):
         # 8 long runs (still going when the worker wakes: the heartbeat must tell them), and 8 short ones
         # (finished while it slept: their completions race the heartbeat and must be refused or discarded).
-        # All are stubborn: they ignore cancellation and try their effect anyway.
+        # All are stubborn: they ignore cancellation and try their effect anyway. The long ones' clock runs on
+        # while the process is stopped, and the pause lasts as long as the other worker takes to start and
+        # finish all 16 (seconds on a loaded machine): 20 s beyond the minimal pause keep them running past it.
         long_ids = env.enqueue(
-            8, f"pause{round_no}-long", sleep=2 * lease + 3, sleep_after=0.1, stubborn=True, ignore_stale=True
+            8, f"pause{round_no}-long", sleep=2 * lease + 20, sleep_after=0.1, stubborn=True, ignore_stale=True
         )
         short_ids = env.enqueue(
             8, f"pause{round_no}-short", sleep=lease, sleep_after=0.1, stubborn=True, ignore_stale=True
@@ -68,7 +70,17 @@ def run_pause(env: Env, *, rounds: int, lease: float) -> None:
             "the paused worker's handlers ending",
             env,
         )
-        time.sleep(1.0)  # let its completer write what they returned
+        # Its completer writes what they returned: each of the 16 is refused by the database or discarded.
+        wait_until(
+            lambda before=before: (
+                paused.text()[len(before) :].count("rejected, the lease had moved on")
+                + paused.text()[len(before) :].count("finished after its lease was lost; result discarded")
+                >= 16
+            ),
+            30,
+            "the paused worker's 16 stale outcomes refused or discarded",
+            env,
+        )
         log = paused.text()[len(before) :]
         told = env.scalar(
             "SELECT count(*) FROM chaos.runs WHERE job_id = ANY(%s) AND worker = 'paused' AND lease_lost IS NOT NULL",

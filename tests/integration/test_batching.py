@@ -64,7 +64,7 @@ def test_one_heartbeat_extends_every_running_job(
 
     @app.task(name="batch.hold")
     def hold(i: int) -> None:
-        release.wait(10)
+        release.wait(60)
 
     ids = app.enqueue_many([hold.job(i) for i in range(10)])
     running = start_worker(concurrency=10, prefetch=0, lease=3)
@@ -77,7 +77,7 @@ def test_one_heartbeat_extends_every_running_job(
             ).fetchone()
             return bool(row and row["n"] == 10)
 
-        wait_for(extended, timeout=3, what="a heartbeat that extended all ten leases")
+        wait_for(extended, timeout=15, what="a heartbeat that extended all ten leases")
         row = conn.execute(
             "SELECT count(DISTINCT lease_expires_at) AS expiries, count(DISTINCT leased_by) AS workers "
             "FROM pgsched.jobs WHERE state = 'running'"
@@ -124,7 +124,7 @@ def test_free_slots_are_not_left_idle_behind_long_jobs(
     @app.task(name="batch.long")
     def long_job(i: int) -> None:
         started.release()
-        release.wait(10)
+        release.wait(60)
 
     @app.task(name="batch.short")
     def short_job(i: int) -> int:
@@ -137,7 +137,7 @@ def test_free_slots_are_not_left_idle_behind_long_jobs(
             assert started.acquire(timeout=5)
         # One slot of four is free: fewer than a batch, but a slot no job uses.
         shorts = app.enqueue_many([short_job.job(i) for i in range(3)])
-        wait_all(conn, shorts, "completed", timeout=3)
+        wait_all(conn, shorts, "completed", timeout=20)  # well before the long jobs would free their slots
         assert not release.is_set()
     finally:
         release.set()

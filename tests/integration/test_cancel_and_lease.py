@@ -147,9 +147,10 @@ def test_cancel_of_a_job_waiting_for_a_slot_does_not_start_it(
         return ctx is not None and ctx.cancel_requested
 
     wait_for(told, timeout=LEASE, what="the cancel request delivered by a heartbeat")
+    told_after = time.monotonic() - asked  # the promise: delivered within a lease (not the blocker's end after it)
     release.set()
-    assert wait_state(conn, queued, "cancelled", "completed", timeout=LEASE)["state"] == "cancelled"
-    assert time.monotonic() - asked < LEASE
+    assert wait_state(conn, queued, "cancelled", "completed", timeout=30)["state"] == "cancelled"
+    assert told_after < LEASE
     wait_state(conn, first, "completed")
     assert ran == []
 
@@ -293,7 +294,9 @@ def test_a_hung_cancel_poll_still_tells_the_handlers_within_a_lease(dsn: str, co
             locker.execute("LOCK TABLE pgsched.jobs IN ACCESS EXCLUSIVE MODE")
             frozen = time.monotonic()
             assert lost.wait(lease + 5.0), "the handlers were never told while the cancel poll hung"
-            assert time.monotonic() - frozen >= lease - 1.0  # told for the silence, not by a heartbeat's answer
+            # told for the silence, not by a heartbeat's answer: a whole lease since the last good beat began (the
+            # beat due just before the lock may start just after it, so the lock itself is no sound reference)
+            assert time.monotonic() - beater._last_ok >= lease, time.monotonic() - frozen
         finally:
             locker.rollback()
             beater.close()

@@ -28,7 +28,7 @@ def test_two_workers_together_never_run_more_than_the_queues_limit(
         with lock:
             now_running[0] += 1
             peak[0] = max(peak[0], now_running[0])
-        time.sleep(0.05)
+        time.sleep(0.2)  # long enough that three handlers overlap even when a loaded machine starts them late
         with lock:
             now_running[0] -= 1
 

@@ -113,7 +113,7 @@ def test_running_gauge_counts_jobs_held_now(app: App, conn: psycopg.Connection[A
 
     @app.task(name="m.block")
     def block() -> None:
-        release.wait(10)
+        release.wait(60)
 
     ids = [block.enqueue() for _ in range(3)]
     running = start_worker(concurrency=2, prefetch=0)

@@ -204,8 +204,8 @@ def test_a_running_handler_sees_a_cancel_within_a_second(
     if listen:
         wait_for(lambda: heartbeater.beats >= 1, 5, what="the beat kicked when the listener connected")
     beats = heartbeater.beats
-    asked = time.monotonic()
     assert app.cancel(job_id) == "cancel_requested"
+    asked = time.monotonic()  # from when cancel() returned, as the promise (and the message below) says
     wait_for(lambda: seen_at, 5, what="the handler seeing the cancel")
     took = seen_at[0] - asked
     assert heartbeater.beats == beats, "a heartbeat carried it, not the prompt path"
