@@ -70,8 +70,9 @@ TRIGGER_ALWAYS = [
     " FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch()"
 ]
 BARE_INSERT = (
-    "WITH j AS (INSERT INTO pgsched.jobs (id, shard, task) VALUES (nextval('pgsched.jobs_id_seq'), 3, 'noop')"
-    " RETURNING id) SELECT pg_notify('pgsched_jobs', 'default') FROM j"
+    "WITH j AS (INSERT INTO pgsched.jobs (id, shard, task, dispatch_group, dispatch_rank, dispatch_at)"
+    " VALUES (nextval('pgsched.jobs_id_seq'), 3, 'noop', '', 0, now()) RETURNING id)"
+    " SELECT pg_notify('pgsched_jobs', 'default') FROM j"
 )
 
 #: case -> (statements that shape its database, the timed statement)
