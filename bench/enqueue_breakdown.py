@@ -3,9 +3,11 @@
 One private PostgreSQL 15 cluster (durable commits), one database per case,
 each installed from this checkout's ``sql/`` and then cut down by the case's
 statements: the check helpers without their ``SET search_path`` (a design),
-the rules computed in PL/pgSQL instead of the SQL function (a design), then
-the jobs table without the dispatch trigger, without any trigger, without its
-CHECK constraints, without its secondary indexes (what each costs). Each case
+the rules computed in PL/pgSQL instead of the SQL function (a design), the
+dispatch trigger firing under another condition than the installed one (a
+design), then the jobs table without the dispatch trigger, without any
+trigger, without its CHECK constraints, without its secondary indexes (what
+each costs); enqueue_many() of 100 jobs per call beside. Each case
 calls its statement ``--calls`` times from one connection, every call its own
 transaction, in interleaved rounds. Reported: the CPU time the server backend
 spent per call (from /proc/PID/schedstat: a busy machine disturbs it far less
@@ -52,9 +54,25 @@ BARE = [
     " LOOP EXECUTE 'DROP INDEX ' || i; END LOOP; END $$",
 ]
 ENQUEUE = "SELECT pgsched.enqueue('noop')"
+ENQUEUE_MANY = "SELECT count(*) FROM pgsched.enqueue_many(array_fill('noop'::text, ARRAY[100]))"
+# enqueue() and enqueue_many() stamp the dispatch columns in their INSERT; the
+# trigger fires for rows they did not stamp: the landed test is "not the
+# owner, or dispatch_at NULL" (the columns have no default); the other design
+# trusts the transaction-local mark the trusted writers set; the last one
+# fires it for every row (the cost of stamping twice).
+TRIGGER_WHEN_MARK = [
+    "DO $$ BEGIN EXECUTE format('CREATE OR REPLACE TRIGGER tg_jobs__dispatch BEFORE INSERT ON pgsched.jobs"
+    " FOR EACH ROW WHEN (CURRENT_USER <> %L OR current_setting(''pgsched.trusted_insert'', true)"
+    " IS DISTINCT FROM ''on'') EXECUTE FUNCTION pgsched.tg_jobs__dispatch()', current_user); END $$"
+]
+TRIGGER_ALWAYS = [
+    "CREATE OR REPLACE TRIGGER tg_jobs__dispatch BEFORE INSERT ON pgsched.jobs"
+    " FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch()"
+]
 BARE_INSERT = (
-    "WITH j AS (INSERT INTO pgsched.jobs (id, shard, task) VALUES (nextval('pgsched.jobs_id_seq'), 3, 'noop')"
-    " RETURNING id) SELECT pg_notify('pgsched_jobs', 'default') FROM j"
+    "WITH j AS (INSERT INTO pgsched.jobs (id, shard, task, dispatch_group, dispatch_rank, dispatch_at)"
+    " VALUES (nextval('pgsched.jobs_id_seq'), 3, 'noop', '', 0, now()) RETURNING id)"
+    " SELECT pg_notify('pgsched_jobs', 'default') FROM j"
 )
 
 #: case -> (statements that shape its database, the timed statement)
@@ -66,6 +84,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     ),
     "pgsched.enqueue()": ([], ENQUEUE),
     "plain INSERT INTO pgsched.jobs": ([], "INSERT INTO pgsched.jobs (task) VALUES ('noop')"),
+    "design: stamped, WHEN trusted mark": (TRIGGER_WHEN_MARK, ENQUEUE),
+    "design: stamped and trigger too": (TRIGGER_ALWAYS, ENQUEUE),
+    "enqueue_many(100 jobs)": ([], ENQUEUE_MANY),
+    "enqueue_many(100), trigger too": (TRIGGER_ALWAYS, ENQUEUE_MANY),
     "design: helpers without SET": (NO_SET, ENQUEUE),
     "design: + rules in PL/pgSQL": (NO_SET, ENQUEUE),  # _check_job rewritten below
     "cut: no dispatch trigger": ([*NO_SET, "ALTER TABLE pgsched.jobs DISABLE TRIGGER tg_jobs__dispatch"], ENQUEUE),

@@ -40,10 +40,11 @@ CREATE TABLE pgsched.jobs (
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
-    -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending.
-    dispatch_group      text              NOT NULL DEFAULT '',  -- the tenant under tenant fairness, else ''
-    dispatch_rank       integer           NOT NULL DEFAULT 0,   -- -priority under strict priority, else 0
-    dispatch_at         timestamptz       NOT NULL DEFAULT pg_catalog.now(),  -- run_at, minus priority x aging
+    -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
+    -- defaults: a row without dispatch_at is one the trigger must stamp.
+    dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
+    dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
+    dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.

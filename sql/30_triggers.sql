@@ -38,8 +38,24 @@ CREATE OR REPLACE TRIGGER tg_config__before_update
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_config__before_update();
 
 -- After the insert triggers (names fire in order): the claim order of a row
--- from its queue's dispatch policy. UPDATE OF: claims, heartbeats and
--- completions, which set none of these columns, never fire it.
-CREATE OR REPLACE TRIGGER tg_jobs__dispatch
-    BEFORE INSERT OR UPDATE OF run_at, priority, queue, tenant ON pgsched.jobs
+-- from its queue's dispatch policy. A row the schema's owner writes with its
+-- dispatch_* columns already stamped (enqueue() and enqueue_many() compute
+-- them in their INSERT, as this trigger would) skips it; the columns have no
+-- default, so any other row of the owner's arrives with dispatch_at NULL and
+-- is stamped here, and a row of any other writer always is, whatever its
+-- INSERT said. UPDATE OF: claims, heartbeats and completions, which set none
+-- of these columns, never fire the update trigger.
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format($sql$
+        CREATE OR REPLACE TRIGGER tg_jobs__dispatch
+            BEFORE INSERT ON pgsched.jobs
+            FOR EACH ROW
+            WHEN (CURRENT_USER <> %L OR NEW.dispatch_at IS NULL)
+            EXECUTE FUNCTION pgsched.tg_jobs__dispatch()
+        $sql$, current_user);
+END
+$$;
+CREATE OR REPLACE TRIGGER tg_jobs__redispatch
+    BEFORE UPDATE OF run_at, priority, queue, tenant ON pgsched.jobs
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch();

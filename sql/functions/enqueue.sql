@@ -61,11 +61,6 @@ BEGIN
     IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
         PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
     END IF;
-    IF v_max IS NULL THEN
-        SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
-        v_max := coalesce(v_max, v_default_attempts);
-    END IF;
-
     IF enqueue.idempotency_key IS NULL THEN
         v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
     ELSE
@@ -85,14 +80,23 @@ BEGIN
     END IF;
 
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
+    -- The task's max_attempts, the default labels and the claim order are
+    -- read here, as tg_jobs__dispatch would (which skips a stamped row).
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
-         timeout, trace_context, concurrency_key)
-    VALUES (v_id, v_shard,
-            CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-            v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
-            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant, enqueue.timeout,
-            enqueue.trace_context, enqueue.concurrency_key);
+         timeout, trace_context, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
+    SELECT v_id, v_shard,
+           CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+           v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0,
+           coalesce(v_max, t.max_attempts, v_default_attempts), enqueue.idempotency_key,
+           CASE WHEN coalesce(enqueue.labels, '{}') = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE enqueue.labels END,
+           enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
+           CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
+           CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
+           CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
+    FROM (SELECT) AS one
+    LEFT JOIN pgsched.queues q ON q.name = v_queue
+    LEFT JOIN pgsched.tasks t ON t.name = enqueue.task;
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
     IF v_waits THEN

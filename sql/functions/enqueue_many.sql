@@ -135,6 +135,8 @@ BEGIN
 
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in as a trusted writer the trigger skips.
+    -- Their default labels and claim order are stamped here too, as
+    -- tg_jobs__dispatch would (which skips a stamped row).
     PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
 
     IF idempotency_keys IS NULL
@@ -144,7 +146,7 @@ BEGIN
         WITH inserted AS (
             INSERT INTO pgsched.jobs AS j
                 (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
-                 trace_context, timeout, concurrency_key)
+                 trace_context, timeout, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
                    pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
                    CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
@@ -152,14 +154,21 @@ BEGIN
                         WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                    coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
                    coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
-                   CASE WHEN u.labels IS NULL THEN '{}'::text[]
-                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels)) END,
-                   enqueue_many.trace_context, u.timeout, u.ckey
+                   CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
+                   enqueue_many.trace_context, u.timeout, u.ckey,
+                   CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
+                   CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
+                   CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
+                        ELSE coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging END
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
                         concurrency_keys)
                  WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, timeout,
                                       ckey, ord)
+            CROSS JOIN LATERAL (SELECT CASE WHEN u.labels IS NULL THEN '{}'::text[]
+                                            ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels))
+                                       END AS labels) l
             LEFT JOIN pgsched.tasks t ON t.name = u.task
+            LEFT JOIN pgsched.queues q ON q.name = coalesce(u.queue, 'default')
             ORDER BY u.ord
             RETURNING j.id, j.shard, j.queue, j.state
         )
@@ -214,18 +223,24 @@ BEGIN
     ), inserted AS (
         INSERT INTO pgsched.jobs AS j
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
-             labels, trace_context, timeout, concurrency_key)
+             labels, trace_context, timeout, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
         SELECT i.id, i.shard,
                CASE WHEN pg_catalog.jsonb_typeof(i.deps) <> 'array' OR pg_catalog.jsonb_array_length(i.deps) > 0
                     THEN 'waiting'
                     WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
                coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
-               CASE WHEN i.labels IS NULL THEN '{}'::text[]
-                    ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels)) END,
-               enqueue_many.trace_context, i.timeout, i.ckey
+               CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
+               enqueue_many.trace_context, i.timeout, i.ckey,
+               CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
+               CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
+               CASE WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
         FROM input i
+        CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
+                                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))
+                                   END AS labels) l
         LEFT JOIN pgsched.tasks t ON t.name = i.task
+        LEFT JOIN pgsched.queues q ON q.name = i.queue
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
         ORDER BY i.ord
         RETURNING j.id, j.shard, j.queue, j.state

@@ -9,6 +9,8 @@
 -- fairness dispatch_group is the tenant, so claims can take turns between
 -- tenants (see _claim_limited). A new job without labels gets its task's
 -- default labels, else its queue's (worker pools, docs/dispatch.md).
+-- enqueue() and enqueue_many() stamp the same values in their INSERT, so
+-- their rows skip it (30_triggers.sql); a change here must be made there.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__dispatch()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER

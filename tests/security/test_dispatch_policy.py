@@ -68,3 +68,36 @@ def test_only_the_owner_moves_next_starts_clock(deployment: Deployment) -> None:
     assert scalar(worker, "SELECT pgsched.next_start(ARRAY['default'])") is None
     with pytest.raises(psycopg.Error):
         worker.execute("SELECT pgsched.next_start(ARRAY['default'], now() + %s)", [timedelta(hours=1)])
+
+
+def test_an_application_cannot_forge_or_skip_the_dispatch_stamp(deployment: Deployment, owner: Conn) -> None:
+    # enqueue() and enqueue_many() stamp the claim order themselves and the
+    # trigger skips their rows: nothing an application sets may take that path.
+    owner.execute("SELECT pgsched.configure_queue('default', aging => '10 seconds', tenant_fairness => true)")
+    app = deployment.login("pgsched_enqueue")
+    app.execute("SET pgsched.trusted_insert = 'on'")
+    now = scalar(app, "SELECT now()")
+    ids = [
+        scalar(
+            app,
+            "INSERT INTO pgsched.jobs (task, priority, tenant, run_at) VALUES ('t', 3, 'a', %s) RETURNING id",
+            [now],
+        ),
+        scalar(app, "SELECT pgsched.enqueue('t', priority => 3, tenant => 'a', run_at => %s)", [now]),
+        *enqueue_many(app, ["t"], priorities=[3], tenants=["a"], run_ats=[now]),
+    ]
+    rows = owner.execute(
+        "SELECT dispatch_group, dispatch_rank, dispatch_at FROM pgsched.jobs WHERE id = ANY(%s)", [ids]
+    ).fetchall()
+    assert [tuple(r.values()) for r in rows] == [("a", 0, now - timedelta(seconds=30))] * 3
+    for columns, values in (
+        ("dispatch_at", "'2000-01-01'"),
+        ("dispatch_group, dispatch_rank, dispatch_at", "'', -1000000, '2000-01-01'"),
+    ):
+        with refused("42501"):
+            app.execute(f"INSERT INTO pgsched.jobs (task, {columns}) VALUES ('t', {values})")
+        with refused("42501"):
+            app.execute(f"COPY pgsched.jobs (task, {columns}) FROM STDIN")
+    with refused("42501"):
+        app.execute("UPDATE pgsched.jobs SET dispatch_at = '2000-01-01'")
+    assert scalar(owner, "SELECT count(*) FROM pgsched.jobs") == 3
