@@ -18,7 +18,9 @@ CREATE TABLE pgsched.jobs (
     args                jsonb             NOT NULL DEFAULT '{}',
     priority            integer           NOT NULL DEFAULT 0,
     run_at              timestamptz       NOT NULL DEFAULT pg_catalog.now(),
-    attempt             integer           NOT NULL DEFAULT 0,
+    -- No default: the owner's enqueue functions name it (0), and a row that
+    -- arrives without it is one the insert trigger must see (30_triggers.sql).
+    attempt             integer           NOT NULL,
     max_attempts        integer,          -- NULL on insert means: the task's, else the install default
     lease_token         bigint,
     leased_by           text,

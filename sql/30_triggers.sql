@@ -1,10 +1,13 @@
 -- pgsched: triggers. CREATE OR REPLACE, so a migration can apply this file whole.
 --
 -- Every row entering pgsched.jobs passes tg_jobs__before_insert, except rows
--- written by enqueue() and enqueue_many(), which do the same work set-based
--- and mark themselves with the transaction-local setting
--- pgsched.trusted_insert. The mark counts only for the schema's owner (those
--- functions run as the owner), so no other role can skip the trigger.
+-- written by the owner's enqueue functions (enqueue, enqueue_many,
+-- enqueue_service, enqueue_command), which do the same work themselves and
+-- name the attempt column (0). The mark is in the row, not in the session:
+-- attempt has no default and no other role may name it (90_grants.sql), so a
+-- row of any other writer, and a row of another owner function (retry, the
+-- scanners' add_occurrences), arrives with attempt NULL and passes the
+-- trigger, whatever the caller has SET.
 -- Writers other than the owner (plain INSERTs by applications) pass the
 -- 'untrusted' trigger, which also assigns id, shard and created_at and
 -- refuses a schedule link; CURRENT_USER in WHEN is the writer's role, before
@@ -22,8 +25,7 @@ BEGIN
         CREATE OR REPLACE TRIGGER tg_jobs__before_insert_owner
             BEFORE INSERT ON pgsched.jobs
             FOR EACH ROW
-            WHEN (CURRENT_USER = %L
-                  AND pg_catalog.current_setting('pgsched.trusted_insert', true) IS DISTINCT FROM 'on')
+            WHEN (CURRENT_USER = %L AND NEW.attempt IS NULL)
             EXECUTE FUNCTION pgsched.tg_jobs__before_insert('owner')
         $sql$, current_user);
 END

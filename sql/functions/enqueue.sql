@@ -14,8 +14,9 @@
 -- count (docs/dispatch.md).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
--- the payload limit, the key, the wake-up), then inserts as a trusted writer
--- the trigger skips: one statement's work instead of two.
+-- the payload limit, the key, the wake-up), then inserts a row naming its
+-- attempt, which the trigger skips (30_triggers.sql): one statement's work
+-- instead of two.
 CREATE OR REPLACE FUNCTION pgsched.enqueue(
     task            text,
     args            jsonb       DEFAULT '{}',
@@ -79,7 +80,6 @@ BEGIN
         END IF;
     END IF;
 
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     -- The task's max_attempts, the default labels and the claim order are
     -- read here, as tg_jobs__dispatch would (which skips a stamped row).
     INSERT INTO pgsched.jobs
@@ -97,7 +97,6 @@ BEGIN
     FROM (SELECT) AS one
     LEFT JOIN pgsched.queues q ON q.name = v_queue
     LEFT JOIN pgsched.tasks t ON t.name = enqueue.task;
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
     IF v_waits THEN
         IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN

@@ -135,14 +135,12 @@ BEGIN
         END IF;
     END IF;
 
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
          timeout)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, 'pgsched.command', v_args, coalesce(enqueue_command.priority, 0), v_run_at, 0, v_max,
             enqueue_command.idempotency_key, v_labels, enqueue_command.tenant, enqueue_command.timeout + v_margin);
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
     PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
                                  CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);
     RETURN v_id;

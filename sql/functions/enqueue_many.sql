@@ -134,10 +134,10 @@ BEGIN
     END IF;
 
     -- Set-based, the work the insert trigger does row by row for a plain
-    -- INSERT; the rows then go in as a trusted writer the trigger skips.
+    -- INSERT; the rows then go in naming their attempt, which the trigger
+    -- skips (30_triggers.sql).
     -- Their default labels and claim order are stamped here too, as
     -- tg_jobs__dispatch would (which skips a stamped row).
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
 
     IF idempotency_keys IS NULL
        OR NOT EXISTS (SELECT 1 FROM unnest(idempotency_keys) k WHERE k IS NOT NULL) THEN
@@ -177,7 +177,6 @@ BEGIN
                pg_catalog.bool_or(i.state = 'scheduled')
         INTO v_ids, v_shard_list, v_queues, v_scheduled
         FROM inserted i;
-        PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
         PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
         IF v_scheduled THEN
             PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
@@ -255,7 +254,6 @@ BEGIN
     INTO v_ords, v_ids, v_shard_list, v_keys, v_tenants, v_queues, v_scheduled
     FROM input i
     LEFT JOIN inserted ins ON ins.id = i.id;
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
 
     PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
     IF v_scheduled THEN

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from tests.security.conftest import DENIED, Deployment, everything
 from tests.sql.helpers import Conn, cancel, claim_one, complete, enqueue, enqueue_many, pair, refused, scalar
@@ -99,3 +100,40 @@ def test_a_table_wide_insert_still_gets_its_id_and_timestamp_from_the_database(
     assert row["id"] != original
     assert row["fresh"]
     assert cancel(owner, original) == "cancelled"  # one row per id: no "more than one row"
+
+
+@pytest.mark.parametrize("role", ["pgsched_admin", "pgsched_worker"])
+def test_a_session_setting_does_not_let_an_owner_function_skip_the_insert_trigger(
+    deployment: Deployment, owner: Conn, role: str
+) -> None:
+    """The owner's insert trigger keys on the row, not on a setting a caller can SET: a redrive (retry, as an
+    admin) and an expanded schedule (add_occurrences, as a worker keeping time) still get its defaults and checks."""
+    login = deployment.login(role)
+    login.execute("SET pgsched.trusted_insert = 'on'")
+    if role == "pgsched_admin":
+        job_id = enqueue(owner, max_attempts=3)
+        assert cancel(owner, job_id) == "cancelled"
+        assert scalar(login, "SELECT pgsched.retry(%s)", [job_id]) == "retried"
+        row = owner.execute("SELECT attempt, max_attempts, created_at FROM pgsched.jobs WHERE id = %s", [job_id])
+        got = row.fetchone()
+        assert got is not None
+        # the trigger's default budget on top of the attempts used (0), not the unchecked 1,000,000
+        default = scalar(owner, "SELECT default_max_attempts FROM pgsched.config")
+        assert (got["attempt"], got["max_attempts"]) == (0, default)
+    else:
+        owner.execute("SELECT pgsched.upsert_schedule('nightly', '* * * * *', 't')")
+        sched = owner.execute("SELECT shard, version FROM pgsched.schedules WHERE name = 'nightly'").fetchone()
+        assert sched is not None
+        leases = login.execute("SELECT shard, epoch FROM pgsched.acquire_idle_shards('keeper', '1 minute')").fetchall()
+        epoch = {r["shard"]: r["epoch"] for r in leases}[sched["shard"]]
+        fire = scalar(owner, "SELECT date_trunc('minute', now()) + interval '1 minute'")
+        occurrence = [{"fire_at": fire.isoformat(), "decision": "fire"}]
+        for _ in range(2):  # the second filing of the same occurrence is the trigger's to deduplicate
+            login.execute(
+                "SELECT pgsched.add_occurrences('keeper', %s, %s, 'nightly', %s, %s, %s, %s)",
+                [sched["shard"], epoch, sched["version"], Jsonb(occurrence), fire, fire],
+            )
+        rows = owner.execute("SELECT id, attempt, max_attempts FROM pgsched.jobs WHERE schedule = 'nightly'").fetchall()
+        default = scalar(owner, "SELECT default_max_attempts FROM pgsched.config")
+        assert [(r["attempt"], r["max_attempts"]) for r in rows] == [(0, default)]
+        assert scalar(owner, "SELECT count(*) FROM pgsched.idempotency_keys WHERE job_id = %s", [rows[0]["id"]]) == 1
