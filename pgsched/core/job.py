@@ -70,6 +70,8 @@ class JobContext:
     _stopping: bool = field(default=False, repr=False)
     _lost: bool = field(default=False, repr=False)
     _stamped: bool = field(default=False, repr=False)  # its start is recorded already (claimed into a free slot)
+    # seconds it had been due when claimed (the database's clock), and the monotonic time of the claim
+    _due_at_claim: tuple[float, float] | None = field(default=None, repr=False)
     _waker: threading.Event | None = field(default=None, repr=False)
     _started: float = field(default=0.0, repr=False)  # perf_counter() when the handler was called (0: never)
     _timed_out: bool = field(default=False, repr=False)

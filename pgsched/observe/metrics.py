@@ -238,14 +238,18 @@ class WorkerMetrics(Collector):
         for key in batch:
             claims[key] = claims.get(key, 0) + 1
 
-    def claimed_jobs(self, jobs: Sequence[ClaimedJob], lease: float) -> None:
-        """Count a claimed batch and observe each job's start lag: claimed - due, both the database's clock."""
+    def claimed_jobs(self, jobs: Sequence[ClaimedJob], lease: float) -> list[float | None]:
+        """Count a claimed batch; returns how long each job had been due when it was claimed (the database's
+        clock), from which its start lag is observed when its handler starts (observe_start_lag)."""
         self.count_claimed((job.queue, job.task) for job in jobs)
-        lags = self._histogram("lags", self._lags)
-        for job in jobs:
-            if job.lease_expires_at is not None:
-                lag = (job.lease_expires_at - job.run_at).total_seconds() - lease
-                _observe(lags, (job.queue, job.task), max(0.0, lag))
+        return [
+            None if job.lease_expires_at is None else (job.lease_expires_at - job.run_at).total_seconds() - lease
+            for job in jobs
+        ]
+
+    def observe_start_lag(self, queue: str, task: str, seconds: float) -> None:
+        """Observe one handler start of (queue, task), seconds after its job was due."""
+        _observe(self._histogram("lags", self._lags), (queue, task), max(0.0, seconds))
 
     def observe_run(self, queue: str, task: str, seconds: float) -> None:
         """Observe one handler run of (queue, task) that took seconds."""
@@ -280,8 +284,7 @@ class WorkerMetrics(Collector):
         )
         yield _histogram_family(
             "pgsched_job_start_lag_seconds",
-            "Start lag (claimed - due, the database's clock) of the jobs this worker claimed, by queue and task, "
-            "in seconds.",
+            "Start lag (handler started - due) of the jobs this worker started, by queue and task, in seconds.",
             _sum_histograms(self._lags, self._new_thread),
         )
 

@@ -199,6 +199,7 @@ class Executor:
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._started = threading.Event()
         self.gate: Callable[[list[JobContext]], None] | None = None
+        self.on_launch: Callable[[list[JobContext]], None] | None = None  # told of each batch about to run
 
     def _new_thread(self, i: int) -> threading.Thread:
         slot = None
@@ -289,6 +290,8 @@ class Executor:
 
     def launch(self, contexts: list[JobContext]) -> None:
         """Run jobs that hold a slot (each checks its stop signals first)."""
+        if self.on_launch is not None:
+            self.on_launch(contexts)
         coroutines: list[tuple[Task[Any, Any], JobContext]] = []
         for ctx in contexts:
             task = self._resolve(ctx.job.task)

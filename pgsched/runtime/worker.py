@@ -231,6 +231,7 @@ class Worker:
         self._starter = Starter(dsn, launch=self._executor.launch, stop=self._giving_up, prepare=opts.prepare)
         self._executor.dsn = dsn  # the process pool's children enqueue into the same database
         self._executor.gate = self._starter.submit
+        self._executor.on_launch = self._on_launch
         if opts.listen:
             self._listener = Listener(
                 dsn,
@@ -389,7 +390,10 @@ class Worker:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
         self.counts["claimed"] += len(jobs)
-        self.metrics.claimed_jobs([job for job, _, _ in jobs], opts.lease)
+        claimed_at = time.monotonic()
+        for ctx, due in zip(contexts, self.metrics.claimed_jobs([job for job, _, _ in jobs], opts.lease), strict=True):
+            if due is not None:
+                ctx._due_at_claim = (due, claimed_at)
         self._executor.submit_many(contexts)
         return len(jobs)
 
@@ -535,6 +539,14 @@ class Worker:
         if self._completer is not None:
             pairs += self._completer.pending_jobs()
         return pairs
+
+    def _on_launch(self, contexts: list[JobContext]) -> None:
+        """Observe the start lag of the handlers about to run: due until now, on the claim's clock."""
+        now = time.monotonic()
+        for ctx in contexts:
+            if ctx._due_at_claim is not None and not ctx.should_stop:
+                due, claimed_at = ctx._due_at_claim
+                self.metrics.observe_start_lag(ctx.queue, ctx.task, due + now - claimed_at)
 
     def _on_lease_lost(self, job_id: int) -> None:
         with self._lock:

@@ -126,6 +126,37 @@ def test_worker_endpoint_serves_counters_and_histograms(
             assert now >= s.value, f"{s.name}{s.labels} went from {s.value} to {now}"
 
 
+def test_start_lag_counts_the_wait_for_a_free_slot(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    """One slot and two jobs due now, claimed together: whichever starts second waits 2 s in the worker for the
+    slot, and its start lag says so (handler start - due, as job_history's started_at - run_at), though it was
+    claimed at once."""
+
+    @app.task(name="m.hold", queue="slots")
+    def hold(seconds: float) -> None:
+        time.sleep(seconds)
+
+    ids = [hold.enqueue(2.0), hold.enqueue(2.0)]
+    running = start_worker(queues=["slots"], metrics_port=0, concurrency=1, prefetch=1, poll_interval=0.05)
+    wait_all(conn, ids, "completed")
+    wait_for(lambda: sum(running.worker.metrics.totals().values()) == 2, what="two outcomes written")
+    row = conn.execute(
+        "SELECT count(DISTINCT claimed_at) AS claims,"
+        " sum(extract(epoch FROM started_at - run_at))::float8 AS started,"
+        " sum(extract(epoch FROM claimed_at - run_at))::float8 AS claimed"
+        " FROM pgsched.job_history WHERE id = ANY(%s)",
+        [ids],
+    ).fetchone()
+    assert row is not None
+    assert row["claims"] == 1, "both were claimed in one batch (one slot + one prefetched)"
+    assert row["started"] - row["claimed"] >= 1.9  # the second one's wait for the slot
+    families = scrape(f"http://127.0.0.1:{running.worker.metrics_port}/metrics")
+    lag = "pgsched_job_start_lag_seconds"
+    assert sample(families, lag, "_count", queue="slots", task="m.hold") == 2
+    assert abs(sample(families, lag, "_sum", queue="slots", task="m.hold") - row["started"]) < 0.75
+
+
 def test_queue_gauges_over_http_have_no_windows_or_quantiles(dsn: str, conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pgsched.enqueue('t.a', '{}', 'alpha', now() - interval '2 minutes')")
     with ConnectionPool(dsn, min_size=0, max_size=1, open=True) as pool:
