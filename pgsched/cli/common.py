@@ -65,6 +65,22 @@ class CliState:
             raise from_psycopg(exc) from exc
 
 
+def check_read_dsn(primary: str, read_dsn: str) -> None:
+    """Refuse a --read-dsn that is neither the primary's database nor a streaming replica of it."""
+    from pgsched.db.replica import check_same_database
+
+    remember(read_dsn)
+    _check_dsn(read_dsn)
+    try:
+        with (
+            psycopg.connect(primary, autocommit=True, connect_timeout=10) as ours,
+            psycopg.connect(read_dsn, autocommit=True, connect_timeout=10) as theirs,
+        ):
+            check_same_database(ours, theirs)
+    except psycopg.Error as exc:
+        raise from_psycopg(exc) from exc
+
+
 def _check_dsn(dsn: str) -> None:
     """Refuse a DSN libpq cannot parse now, with a redacted message, instead of retrying it for ever."""
     try:

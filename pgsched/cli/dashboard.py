@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from pgsched.cli.common import handle_errors, state
+from pgsched.cli.common import check_read_dsn, handle_errors, state
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ def dashboard(
     from pgsched.dashboard import create_app
     from pgsched.dashboard.middleware import allowed_hosts_from_env, credentials_from_env
 
+    if read_dsn:
+        check_read_dsn(state(ctx).resolve(), read_dsn)
     credentials = credentials_from_env()
     hosts = [*([] if _is_unspecified(host) else [host]), *allowed_hosts]
     app = create_app(

@@ -14,6 +14,7 @@ import psycopg
 from pgsched.cli.common import (
     CliState,
     build_table,
+    check_read_dsn,
     console,
     emit_json,
     emit_table,
@@ -24,6 +25,7 @@ from pgsched.cli.common import (
     to_jsonable,
 )
 from pgsched.db.replica import describe, replica_state
+from pgsched.db.settings import configured_dsn
 from pgsched.errors import PgschedError
 from pgsched.observe.redact import redact
 
@@ -287,6 +289,10 @@ def stats(
             raise click.BadParameter(str(exc), param_hint="--since") from None
         if window <= timedelta(0):
             raise click.BadParameter("must be longer than 0", param_hint="--since")
+    if read_dsn:
+        primary = state(ctx).dsn or configured_dsn()
+        if primary:  # without one (the embedded server's default) there is nothing to compare with
+            check_read_dsn(primary, read_dsn)
     cli = CliState(dsn=read_dsn) if read_dsn else state(ctx)
     if watch:
         _watch(cli, interval, as_json, window, replica=read_dsn is not None)

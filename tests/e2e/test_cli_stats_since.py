@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.conftest import drop_database, new_database
 from tests.e2e.clirun import Cli, connect, make_completed, make_dead
 
 
@@ -26,3 +27,22 @@ def test_stats_since_reads_the_rollup(dsn: str) -> None:
     refused = cli("stats", "--since", "soon")
     assert refused.code == 2
     assert "--since" in refused.err
+
+
+def test_stats_refuses_a_read_dsn_of_another_database(admin_dsn: str, template_db: str, dsn: str) -> None:
+    """--read-dsn must be the --dsn database or a streaming replica of it: another database's numbers (here a
+    second pgsched install on the same server) would be shown as this one's."""
+    name, other = new_database(admin_dsn, template_db)
+    try:
+        with connect(other) as conn:
+            make_completed(conn, "elsewhere")
+        cli = Cli(dsn)
+        refused = cli("stats", "--read-dsn", other)
+        assert refused.code != 0, str(refused)
+        assert f"--read-dsn is database '{name}'" in refused.err, str(refused)
+        assert "Traceback" not in refused.err
+        assert "elsewhere" not in refused.out
+        same = cli.json("stats", "--read-dsn", dsn)  # the primary itself: read, and said so
+        assert same["replica"]["in_recovery"] is False
+    finally:
+        drop_database(admin_dsn, name)
