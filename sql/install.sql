@@ -16,6 +16,7 @@
 \ir functions/_cron_value.sql
 \ir functions/_cron_field.sql
 \ir functions/_check_schedule.sql
+\ir functions/_check_schedule_names.sql
 \ir functions/_tenant_scope.sql
 \ir functions/_check_tenant.sql
 \ir functions/_check_schedule_write.sql

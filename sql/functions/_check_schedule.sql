@@ -7,7 +7,7 @@
 -- parses (5 fields, or 6 with seconds first; each field within its range;
 -- Vixie's macros @yearly/@annually, @monthly, @weekly, @daily/@midnight and
 -- @hourly; never @reboot) and that can fire at all ('0 0 30 2 *' cannot).
--- The zone is checked by the table (schedules_timezone_valid). Raises
+-- The names and the zone: _check_schedule_names, from the table's trigger. Raises
 -- check_violation naming the schedules_* constraint, or
 -- invalid_parameter_value for a cron expression, with what is wrong.
 CREATE OR REPLACE FUNCTION pgsched._check_schedule(

@@ -3,8 +3,8 @@
 -- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
 -- its version, so the next scan withdraws the occurrences expanded under the
 -- old version and expands the new one. Works for plain INSERT/UPDATE too,
--- which are refused what upsert_schedule refuses (_check_schedule; and the
--- command task, _check_command_task)
+-- which are refused what upsert_schedule refuses (_check_schedule,
+-- _check_schedule_names; and the command task, _check_command_task)
 -- (SECURITY DEFINER: pgsched_admin writes the table but not the helpers).
 CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
 RETURNS trigger
@@ -13,6 +13,9 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
     PERFORM pgsched._check_command_task(NEW.task, 'a schedule');
+    IF TG_OP = 'INSERT' OR (NEW.name, NEW.task, NEW.timezone) IS DISTINCT FROM (OLD.name, OLD.task, OLD.timezone) THEN
+        PERFORM pgsched._check_schedule_names(NEW.name, NEW.task, NEW.timezone);
+    END IF;
     IF TG_OP = 'INSERT' OR (NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args)
                            IS DISTINCT FROM (OLD.cron, OLD.priority, OLD.max_attempts, OLD.labels, OLD.tenant, OLD.args) THEN
         PERFORM pgsched._check_schedule(NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args);

@@ -38,6 +38,9 @@ BAD = [
     pytest.param({"timezone": "localtime"}, "schedules_timezone_valid", id="tz-localtime"),
     pytest.param({"timezone": "posixrules"}, "schedules_timezone_valid", id="tz-posixrules"),
     pytest.param({"timezone": "right/UTC"}, "schedules_timezone_valid", id="tz-right"),
+    pytest.param({"timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus' for schedule 's'", id="tz-mars"),
+    pytest.param({"name": "nightly report!"}, "invalid schedule name 'nightly report!'", id="name"),
+    pytest.param({"task": "9lives"}, "invalid task name '9lives' for schedule 's'", id="task"),
 ]
 
 
@@ -55,6 +58,19 @@ def test_upsert_schedule_refuses(db: Conn, values: dict[str, Any], message: str)
         upsert(db, **values)
     assert message in str(raised.value)
     assert db.execute("SELECT count(*) AS n FROM pgsched.schedules").fetchone() == {"n": 0}
+
+
+@pytest.mark.parametrize("values", [{"timezone": "Mars/Olympus"}, {"name": "a b"}, {"task": "-x"}])
+def test_a_bad_name_or_zone_is_told_plainly_not_as_a_row_dump(db: Conn, values: dict[str, Any]) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation) as raised, db.transaction():
+        upsert(db, **values)
+    assert raised.value.diag.constraint_name in {
+        "schedules_timezone_valid",
+        "schedules_name_valid",
+        "schedules_task_valid",
+    }
+    assert "Failing row contains" not in str(raised.value)
+    assert "violates check constraint" not in str(raised.value)
 
 
 @pytest.mark.parametrize(("values", "message"), BAD)
