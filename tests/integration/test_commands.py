@@ -477,7 +477,7 @@ def test_the_database_fails_a_command_whose_worker_hangs_while_its_heartbeats_co
     nothing while it works) keeps the lease alive. Housekeeping fails the run at timeout + margin + grace under its
     token; the retry runs once the worker is unstuck, and the hung run's late outcome is refused."""
     conn.execute("UPDATE pgsched.config SET command_timeout_margin = '2 seconds', timeout_grace = '1 second'")
-    running = command_worker(kill_grace=0.5, lease=2)  # a lease shorter than the deadline: heartbeats must go on
+    running = command_worker(kill_grace=0.5, lease=3)  # a lease shorter than the deadline: heartbeats must go on
     queued = app.enqueue_command(_hangs_on_attempt_1(tmp_path / "pid"), timeout=1, max_attempts=2)
     sink = stuck_sink(_sigterm_of(queued.id), everyone=True)
     program = _pid(tmp_path / "pid")
