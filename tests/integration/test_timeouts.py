@@ -153,8 +153,11 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead too
-        return stat.read().split()[2] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead too
+            return stat.read().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):  # gone since the kill(0), or between the open and the read
+        return False
 
 
 def test_an_async_handler_past_its_timeout_is_cancelled_and_retried(
