@@ -259,10 +259,10 @@ def test_a_second_sigterm_hands_back_at_once(
         worker.proc.wait(timeout=0.5)  # the first signal waits for the job
     began = time.monotonic()
     worker.proc.send_signal(signal.SIGTERM)
-    # At once: the job is back in the queue long before the 30 s shutdown timeout (measured in the
-    # database, not by the process's exit, whose interpreter teardown a loaded machine can slow down).
-    wait_for(lambda: (job(conn, job_id) or {}).get("state") == "available", timeout=3.0, what="the hand-back")
-    assert time.monotonic() - began < 3.0, worker.output
+    # At once: the job is back in the queue long before the 30 s shutdown timeout the first signal
+    # waits for (measured in the database; 10 s leaves a loaded machine room and still tells the two apart).
+    wait_for(lambda: (job(conn, job_id) or {}).get("state") == "available", timeout=10.0, what="the hand-back")
+    assert time.monotonic() - began < 10.0, worker.output
     assert worker.wait(timeout=10) == 0, worker.output
     handed_back(conn, job_id, 2)
     assert running_jobs(conn) == 0
