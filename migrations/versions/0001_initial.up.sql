@@ -16,7 +16,8 @@ DO $$
 DECLARE
     v_role text;
 BEGIN
-    FOREACH v_role IN ARRAY ARRAY['pgsched_enqueue', 'pgsched_worker', 'pgsched_admin', 'pgsched_tenant_scoped'] LOOP
+    FOREACH v_role IN ARRAY ARRAY['pgsched_enqueue', 'pgsched_worker', 'pgsched_admin', 'pgsched_tenant_scoped',
+                                   'pgsched_command'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
             EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
         END IF;
@@ -32,6 +33,7 @@ CREATE SEQUENCE pgsched.job_events_seq AS bigint;
 
 CREATE TYPE pgsched.job_state AS ENUM (
     'scheduled',   -- waiting for run_at
+    'waiting',     -- waiting for its dependencies (pgsched.job_dependencies)
     'available',   -- due, claimable
     'running',     -- leased to a worker under a fencing token
     'completed',   -- terminal: the handler returned
@@ -53,15 +55,31 @@ CREATE TABLE pgsched.config (
     idempotency_retention interval    NOT NULL DEFAULT '14 days',
     partitions_ahead      integer     NOT NULL DEFAULT 3,
     audit                 boolean     NOT NULL DEFAULT true,
+    events                boolean     NOT NULL DEFAULT true,  -- NOTIFY pgsched_events per terminal transition
+    queue_history_retention interval  NOT NULL DEFAULT '30 days',
+    timeout_grace         interval    NOT NULL DEFAULT '5 seconds',  -- past a run's deadline_at before housekeeping fails it
+    max_handbacks         integer     NOT NULL DEFAULT 3,  -- shutdown hand-backs of an unfinished run before it is dead
+    command_timeout_margin interval   NOT NULL DEFAULT '30 seconds',  -- a command job's timeout column: its timeout + this
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
     CONSTRAINT config_default_max_attempts_positive CHECK (default_max_attempts > 0),
     CONSTRAINT config_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
     CONSTRAINT config_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
-    CONSTRAINT config_partitions_ahead_range CHECK (partitions_ahead BETWEEN 1 AND 60)
+    CONSTRAINT config_partitions_ahead_range CHECK (partitions_ahead BETWEEN 1 AND 60),
+    CONSTRAINT config_max_payload_range CHECK (max_payload_bytes <= 268435456),
+    CONSTRAINT config_default_max_attempts_range CHECK (default_max_attempts <= 1000000),
+    CONSTRAINT config_backoff_max_range CHECK (backoff_max <= interval '365 days'),
+    CONSTRAINT config_retention_range CHECK (
+        history_retention BETWEEN interval '0' AND interval '100 years'
+        AND events_retention BETWEEN interval '0' AND interval '100 years'
+        AND idempotency_retention BETWEEN interval '0' AND interval '100 years'),
+    CONSTRAINT config_timeout_grace_range CHECK (timeout_grace BETWEEN interval '0' AND interval '1 day'),
+    CONSTRAINT config_max_handbacks_range CHECK (max_handbacks BETWEEN 0 AND 1000000),
+    CONSTRAINT config_command_timeout_margin_range CHECK (
+        command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day')
 );
-COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install.';
+COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 
 INSERT INTO pgsched.config (shards)
 VALUES (coalesce(nullif(pg_catalog.current_setting('pgsched.install_shards', true), '')::smallint, 8));
@@ -72,9 +90,11 @@ VALUES (coalesce(nullif(pg_catalog.current_setting('pgsched.install_shards', tru
 -- Active jobs live in pgsched.jobs, LIST-partitioned by shard; a job never
 -- changes shard while it is active, so no transition moves a row between
 -- partitions. Finishing a job moves it, in the statement that finishes it,
--- to pgsched.job_history (RANGE-partitioned by day). Every transition adds a
--- row to pgsched.job_events (also by day). Retention drops partitions; it
--- never runs a mass DELETE.
+-- to pgsched.job_history (RANGE-partitioned by day). Every transition that
+-- the job's row cannot tell (failures, retries, snoozes, expiries, cancels,
+-- hand-backs, and the claims of those attempts) adds a row to
+-- pgsched.job_events (also by day); pgsched.job_timeline gives them all.
+-- Retention drops partitions; it never runs a mass DELETE.
 
 CREATE TABLE pgsched.jobs (
     id                  bigint            NOT NULL DEFAULT pg_catalog.nextval('pgsched.jobs_id_seq'),
@@ -85,7 +105,9 @@ CREATE TABLE pgsched.jobs (
     args                jsonb             NOT NULL DEFAULT '{}',
     priority            integer           NOT NULL DEFAULT 0,
     run_at              timestamptz       NOT NULL DEFAULT pg_catalog.now(),
-    attempt             integer           NOT NULL DEFAULT 0,
+    -- No default: the owner's enqueue functions name it (0), and a row that
+    -- arrives without it is one the insert trigger must see (30_triggers.sql).
+    attempt             integer           NOT NULL,
     max_attempts        integer,          -- NULL on insert means: the task's, else the install default
     lease_token         bigint,
     leased_by           text,
@@ -98,14 +120,32 @@ CREATE TABLE pgsched.jobs (
     last_error          text,
     created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
     schedule            text,             -- the recurring schedule this occurrence belongs to
+    claimed_at          timestamptz,      -- when the current lease was taken; started_at: when its handler began
+    timeout             interval,         -- time limit of each run; NULL: the task's (pgsched.tasks), else none
+    deadline_at         timestamptz,      -- started_at + timeout of the current run, set by pgsched.start()
+    handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
+    service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
+    trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
+    concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
+    -- the row is written or its run_at/priority changes, never by a sweep:
+    -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
+    -- defaults: a row without dispatch_at is one the trigger must stamp.
+    dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
+    dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
+    dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
-    CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$'),
-    CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
+    -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
+    -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
+    CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]*$' AND pg_catalog.length(task) <= 200),
+    CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND pg_catalog.length(queue) <= 63),
     CONSTRAINT jobs_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
     CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
+    -- Bounded, so release/snooze (max_attempts + 1) and retry can never overflow.
+    CONSTRAINT jobs_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT jobs_run_at_finite CHECK (pg_catalog.isfinite(run_at)),
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -1000000 AND 1000000),
-    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.length(idempotency_key) BETWEEN 1 AND 512),
+    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.octet_length(idempotency_key) BETWEEN 1 AND 1000),
     -- Active states only, and a lease exactly while running. One CASE, not
     -- several constraints: every single-row INSERT prepares each constraint
     -- anew, so their number shows up in enqueue latency. (Labels without
@@ -114,15 +154,28 @@ CREATE TABLE pgsched.jobs (
         WHEN 'running' THEN lease_token IS NOT NULL AND leased_by IS NOT NULL AND lease_expires_at IS NOT NULL
         WHEN 'available' THEN lease_token IS NULL
         WHEN 'scheduled' THEN lease_token IS NULL
-        ELSE false END),
-    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+        -- compared as text: an enum value cannot be used in the transaction that adds it (a migration)
+        ELSE state::text = 'waiting' AND lease_token IS NULL END),
+    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
+    CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0'),
+    CONSTRAINT jobs_trace_context_valid CHECK (
+        pg_catalog.jsonb_typeof(trace_context) = 'object' AND pg_catalog.octet_length(trace_context::text) <= 8192),
+    CONSTRAINT jobs_concurrency_key_length CHECK (pg_catalog.length(concurrency_key) BETWEEN 1 AND 200)
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
-    'Active jobs (scheduled, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
+    'Active jobs (scheduled, waiting, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
 COMMENT ON COLUMN pgsched.jobs.lease_token IS 'Fencing token of the current lease; every claim draws a new, larger one.';
 COMMENT ON COLUMN pgsched.jobs.attempt IS 'Runs started so far (a claim increments it).';
 COMMENT ON COLUMN pgsched.jobs.priority IS 'Higher runs first.';
 COMMENT ON COLUMN pgsched.jobs.labels IS 'A worker claims a job only if it offers every label of the job.';
+COMMENT ON COLUMN pgsched.jobs.timeout IS
+    'Time limit of each run (plain INSERT may set it); past deadline_at plus config.timeout_grace, housekeeping fails the run.';
+COMMENT ON COLUMN pgsched.jobs.service IS
+    'A service job: runs until cancelled, restarted elsewhere when its lease expires (never dead by expiries).';
+COMMENT ON COLUMN pgsched.jobs.trace_context IS
+    'Trace propagation headers current at enqueue (a JSON object of strings, e.g. traceparent); the run continues that trace.';
+COMMENT ON COLUMN pgsched.jobs.started_at IS
+    'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 
 CREATE TABLE pgsched.job_history (
     id                  bigint            NOT NULL,
@@ -146,6 +199,13 @@ CREATE TABLE pgsched.job_history (
     result              jsonb,
     error               text,
     schedule            text,
+    -- The transaction that filed the row: the position of the event stream
+    -- (see pgsched.read_events and docs/events.md).
+    finished_xid        xid8              DEFAULT pg_catalog.pg_current_xact_id(),
+    service             boolean           NOT NULL DEFAULT false,
+    claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
+    concurrency_key     text,
+    timeout             interval,         -- the job's own run limit, given back by a redrive (retry)
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -165,16 +225,19 @@ CREATE TABLE pgsched.job_events (
         'cancelled', 'lease_expired', 'retried', 'lease_lost'))
 ) PARTITION BY RANGE (at);
 COMMENT ON TABLE pgsched.job_events IS
-    'Audit trail: one row per transition after enqueue (the job row itself records created_at), partitioned by day.';
+    'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
 
 -- Idempotency keys deduplicate against active jobs and, until expires_at,
 -- finished ones. Not partitioned, so the key is unique across all shards.
+-- A key belongs to its tenant: each tenant (and no tenant) is its own space.
 CREATE TABLE pgsched.idempotency_keys (
-    key        text        PRIMARY KEY,
+    key        text        NOT NULL,
     job_id     bigint      NOT NULL,
     shard      smallint    NOT NULL,
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    expires_at timestamptz  -- NULL while the job is active
+    expires_at timestamptz,  -- NULL while the job is active
+    tenant     text,
+    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant)
 );
 CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
     WHERE expires_at IS NOT NULL;
@@ -188,22 +251,54 @@ CREATE TABLE pgsched.tasks (
     backoff_max    interval,
     backoff_jitter real,
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    timeout        interval,
+    labels         text[],     -- default labels of the task's jobs (a worker pool); NULL: the queue's
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
-    CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1)
+    CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
+    CONSTRAINT tasks_timeout_positive CHECK (timeout > interval '0')
 );
 COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
 
--- Queue controls: pause stops claims; backoff overrides the install default.
+-- Queue controls: pause stops claims; backoff overrides the install default;
+-- the dispatch policy (set with pgsched.configure_queue, docs/dispatch.md):
+-- limits, aging, tenant fairness and default labels. NULL: no such policy.
 CREATE TABLE pgsched.queues (
     name           text        PRIMARY KEY,
     paused         boolean     NOT NULL DEFAULT false,
     backoff_base   interval,
     backoff_max    interval,
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    concurrency     integer,   -- at most this many jobs leased at once, across workers
+    key_concurrency integer,   -- at most this many per concurrency_key
+    rate            integer,   -- at most this many starts per rate_period
+    key_rate        integer,   -- at most this many starts per rate_period per concurrency_key
+    rate_period     interval,
+    aging           interval,  -- a waiting job gains one priority step per aging; NULL: strict priority
+    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims take turns between tenants
+    labels          text[],    -- default labels of the queue's jobs (a worker pool)
     CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
-    CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base)
+    CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
+    CONSTRAINT queues_concurrency_range CHECK (concurrency BETWEEN 1 AND 1000000 AND key_concurrency BETWEEN 1 AND 1000000),
+    CONSTRAINT queues_rate_range CHECK (rate BETWEEN 1 AND 10000 AND key_rate BETWEEN 1 AND 10000),
+    CONSTRAINT queues_rate_period CHECK (
+        (rate_period IS NOT NULL) = (rate IS NOT NULL OR key_rate IS NOT NULL)
+        AND rate_period BETWEEN interval '1 millisecond' AND interval '1 day'),
+    CONSTRAINT queues_aging_range CHECK (aging BETWEEN interval '1 millisecond' AND interval '1 day')
 );
+
+-- Recent starts of rate-limited queues (rate_key '') and keys: the start
+-- times inside the last rate_period, oldest first, at most rate of them.
+-- Written only by claims (pgsched._claim_limited), under the queue's lock.
+CREATE TABLE pgsched.rate_windows (
+    queue    text          NOT NULL,
+    rate_key text          NOT NULL,
+    starts   timestamptz[] NOT NULL DEFAULT '{}',
+    CONSTRAINT rate_windows_pkey PRIMARY KEY (queue, rate_key)
+);
+COMMENT ON TABLE pgsched.rate_windows IS
+    'Start times within the last rate_period of each rate-limited queue ('''') and concurrency key; written by claims.';
 
 -- Live workers, for operators (workers_live) and for the "is anyone there" checks.
 CREATE TABLE pgsched.workers (
@@ -219,16 +314,79 @@ CREATE TABLE pgsched.workers (
     version    text
 );
 
+-- Per-minute, per-queue rollup of finished work, failures, start lag, run time
+-- and depth: the source of charts over time (read it through the view
+-- pgsched.queue_history). Written only by pgsched.rollup_queue_history(),
+-- which scanners and workers call; partitioned by day like job_history.
+CREATE TABLE pgsched.queue_minutes (
+    minute           timestamptz NOT NULL,  -- start of the UTC minute
+    queue            text        NOT NULL,
+    completed        integer     NOT NULL DEFAULT 0,
+    failed           integer     NOT NULL DEFAULT 0,  -- failed runs sent back for another attempt
+    dead             integer     NOT NULL DEFAULT 0,
+    cancelled        integer     NOT NULL DEFAULT 0,
+    retried          integer     NOT NULL DEFAULT 0,  -- dead or cancelled jobs redriven by retry()
+    expired          integer     NOT NULL DEFAULT 0,  -- leases that expired
+    available        integer,                         -- depth sampled during the minute; NULL: not sampled
+    scheduled        integer,
+    running          integer,
+    oldest_due_age_s double precision,
+    lag_p50_s        double precision,                -- start lag (start - due) of the jobs finished
+    lag_p95_s        double precision,
+    lag_p99_s        double precision,
+    run_p50_s        double precision,                -- run time (finish - start) of the jobs finished
+    run_p95_s        double precision,
+    run_p99_s        double precision,
+    rolled_at        timestamptz NOT NULL,
+    CONSTRAINT queue_minutes_pkey PRIMARY KEY (minute, queue)
+) PARTITION BY RANGE (minute);
+COMMENT ON TABLE pgsched.queue_minutes IS
+    'Per-minute, per-queue rollup written by pgsched.rollup_queue_history(); read pgsched.queue_history.';
+
+-- Tenant bindings: a login role listed here is confined to its tenant on
+-- every path, whatever it SET ROLEs to or sets (see _tenant_scope).
+-- Maintained with pgsched.bind_tenant() and pgsched.unbind_tenant().
+CREATE TABLE pgsched.tenant_roles (
+    role     regrole     PRIMARY KEY,
+    tenant   text        NOT NULL,
+    bound_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT tenant_roles_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200)
+);
+COMMENT ON TABLE pgsched.tenant_roles IS
+    'Login roles confined to one tenant (bind_tenant / unbind_tenant); decided from session_user, so SET ROLE changes nothing.';
+
+-- Job dependencies: one row per dependency a waiting job still waits for.
+-- The row goes when its dependency completes, and the job is due in that
+-- transaction when its last row went (see _release_dependents). Keyed by
+-- depends_on, so a completion finds its dependents, or that it has none, in
+-- one index probe. on_failure is the dependent's policy for a dependency that
+-- ends dead or cancelled: 'cancel' it (and its own dependents), or 'wait'
+-- for a redrive (pgsched.retry of the dependency).
+CREATE TABLE pgsched.job_dependencies (
+    depends_on bigint   NOT NULL,
+    job        bigint   NOT NULL,
+    job_shard  smallint NOT NULL,
+    on_failure text     NOT NULL DEFAULT 'cancel',
+    CONSTRAINT job_dependencies_pkey PRIMARY KEY (depends_on, job),
+    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait'))
+);
+COMMENT ON TABLE pgsched.job_dependencies IS
+    'Unmet dependencies of waiting jobs (job waits for depends_on); written by enqueue and the functions that finish jobs.';
+
 -- functions/_valid_timezone.sql
 -- _valid_timezone
--- contract: true when p_tz is a time zone name PostgreSQL knows (IANA names
--- such as 'Europe/Berlin', or 'UTC'); offsets like '+05:00' are refused.
+-- contract: true when p_tz is an IANA zone key both PostgreSQL and cron.py
+-- (the pinned tzdata package) accept: 'Europe/Berlin', 'UTC', 'Etc/GMT-5'.
+-- Offsets like '+05:00' and the host-specific names cron.py refuses
+-- ('localtime', 'posixrules', 'Factory', 'posix/...', 'right/...') are refused.
 CREATE OR REPLACE FUNCTION pgsched._valid_timezone(p_tz text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT p_tz IS NOT NULL AND p_tz !~ '^[+-]?[0-9]'
+    SELECT p_tz IS NOT NULL
+       AND p_tz ~ '^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$'
+       AND p_tz !~ '^(localtime|posixrules|Factory)$' AND p_tz !~ '^(posix|right)/'
        AND EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names WHERE name = p_tz)
 $$;
 
@@ -313,6 +471,7 @@ CREATE TABLE pgsched.schedules (
     CONSTRAINT schedules_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT schedules_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
     CONSTRAINT schedules_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT schedules_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT schedules_gap_policy_valid CHECK (gap_policy IN ('run', 'skip')),
     CONSTRAINT schedules_overlap_policy_valid CHECK (overlap_policy IN ('once', 'twice')),
     CONSTRAINT schedules_misfire_policy_valid CHECK (misfire_policy IN ('skip', 'latest', 'all')),
@@ -357,8 +516,9 @@ CREATE INDEX schedule_occurrences_decided_at_idx ON pgsched.schedule_occurrences
 -- pgsched: indexes. Partial indexes keep each path to its own small set of rows:
 -- claims never read scheduled or running rows, promotion never reads due ones.
 
--- Claim: due jobs of a queue in priority order.
-CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, priority DESC, run_at, id)
+-- Claim: due jobs of a queue in dispatch order (priority, or aged priority;
+-- by tenant under fairness: see tg_jobs__dispatch).
+CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, dispatch_group, dispatch_rank, dispatch_at, id)
     WHERE state = 'available';
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
@@ -367,6 +527,13 @@ CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
 -- no index, so they can be HOT updates.
 CREATE INDEX jobs_running_idx ON pgsched.jobs (leased_by)
     WHERE state = 'running';
+-- Leased jobs per queue and key: what concurrency limits count.
+CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
+    WHERE state = 'running';
+-- Due jobs that need labels: what the unserved-labels check reads (unlabelled
+-- jobs never enter it).
+CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
+    WHERE state = 'available' AND labels <> '{}';
 
 CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
 -- Recent history (queue_stats' last five minutes): rows arrive in finished_at
@@ -374,12 +541,20 @@ CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
 CREATE INDEX job_history_finished_at_idx ON pgsched.job_history USING brin (finished_at);
 CREATE INDEX job_history_dead_idx ON pgsched.job_history (finished_at)
     WHERE state = 'dead';
+-- The event stream reads history in transaction order from a position
+-- (pgsched.read_events).
+CREATE INDEX job_history_finished_xid_idx ON pgsched.job_history (finished_xid);
 
 CREATE INDEX job_events_job_id_idx ON pgsched.job_events (job_id, seq);
+-- The per-minute rollup reads recent events by time; they arrive in order too.
+CREATE INDEX job_events_at_idx ON pgsched.job_events USING brin (at);
 
 -- Occurrences of recurring schedules: overlap policies look up a schedule's runs.
 CREATE INDEX jobs_schedule_idx ON pgsched.jobs (schedule)
     WHERE schedule IS NOT NULL;
+
+-- A waiting job's own dependencies: dropped with it when it is cancelled.
+CREATE INDEX job_dependencies_job_idx ON pgsched.job_dependencies (job);
 
 -- functions/_backoff.sql
 -- _backoff
@@ -407,20 +582,197 @@ BEGIN
 END
 $$;
 
+-- functions/_shown.sql
+-- _shown
+-- contract: a value quoted for an error message (NULL as NULL), cut to its
+-- first 60 characters so a megabyte of input does not become the message.
+CREATE OR REPLACE FUNCTION pgsched._shown(p_value text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN pg_catalog.length(p_value) > 60
+            THEN pg_catalog.quote_nullable(pg_catalog.left(p_value, 60)) || '...'
+            ELSE pg_catalog.quote_nullable(p_value) END
+$$;
+
+-- functions/_job_problem.sql
+-- _job_problem
+-- contract: the name of the first rule of pgsched.jobs that a new job with
+-- these values breaks (a CHECK constraint's name, or jobs_<column>_not_null),
+-- NULL when it breaks none. The same rules as the table's constraints, plus
+-- those the functions keep (labels, the key's length in bytes), so a job is
+-- refused with its value named before any row or key is written. A plain SQL
+-- expression: the planner inlines it into a batch's one set-based check.
+CREATE OR REPLACE FUNCTION pgsched._job_problem(
+    p_task text, p_queue text, p_args jsonb, p_priority integer, p_run_at timestamptz,
+    p_max_attempts integer, p_key text, p_labels text[], p_tenant text
+)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE
+    WHEN p_task IS NULL THEN 'jobs_task_not_null'
+    WHEN p_task !~ '^[A-Za-z_][A-Za-z0-9_.:-]*$' OR pg_catalog.length(p_task) > 200 THEN 'jobs_task_valid'
+    WHEN p_queue IS NULL THEN 'jobs_queue_not_null'
+    WHEN p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' OR pg_catalog.length(p_queue) > 63 THEN 'jobs_queue_valid'
+    WHEN p_args IS NULL THEN 'jobs_args_not_null'
+    WHEN pg_catalog.jsonb_typeof(p_args) <> 'object' THEN 'jobs_args_is_object'
+    WHEN p_priority IS NULL THEN 'jobs_priority_not_null'
+    WHEN p_priority NOT BETWEEN -1000000 AND 1000000 THEN 'jobs_priority_range'
+    WHEN p_run_at IS NULL THEN 'jobs_run_at_not_null'
+    WHEN NOT pg_catalog.isfinite(p_run_at) THEN 'jobs_run_at_finite'
+    WHEN p_max_attempts <= 0 THEN 'jobs_max_attempts_positive'
+    WHEN pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000 THEN 'jobs_idempotency_key_length'
+    WHEN p_labels IS NULL THEN 'jobs_labels_not_null'
+    WHEN pg_catalog.array_position(p_labels, NULL) IS NOT NULL
+      OR pg_catalog.array_position(p_labels, ''::text) IS NOT NULL THEN 'jobs_labels_valid'
+    WHEN pg_catalog.length(p_tenant) NOT BETWEEN 1 AND 200 THEN 'jobs_tenant_length'
+END
+$$;
+
+-- functions/_check_job.sql
+-- _check_job
+-- contract: raises, naming the rule, the column and the value that is wrong,
+-- when a new job breaks a rule of pgsched.jobs (see _job_problem):
+-- not_null_violation for a missing value, check_violation otherwise, with
+-- CONSTRAINT, COLUMN, TABLE and SCHEMA set. p_row, 1-based, is the job's
+-- position in a batch (the ord that enqueue_many returns) and leads the
+-- message. Long values are cut to their first 60 characters.
+CREATE OR REPLACE FUNCTION pgsched._check_job(
+    p_task text, p_queue text, p_args jsonb, p_priority integer, p_run_at timestamptz,
+    p_max_attempts integer, p_key text, p_labels text[], p_tenant text, p_row bigint DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_rule text := pgsched._job_problem(p_task, p_queue, p_args, p_priority, p_run_at,
+                                        p_max_attempts, p_key, p_labels, p_tenant);
+    v_column text;
+    v_message text;
+    v_prefix text := CASE WHEN p_row IS NULL THEN 'pgsched: ' ELSE pg_catalog.format('pgsched: row %s of the batch: ', p_row) END;
+BEGIN
+    IF v_rule IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_rule LIKE '%\_not\_null' THEN
+        v_column := pg_catalog.substr(v_rule, 6, pg_catalog.length(v_rule) - 14);
+        RAISE EXCEPTION '%column "%" may not be NULL', v_prefix, v_column
+            USING ERRCODE = 'not_null_violation', COLUMN = v_column, SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
+    v_column := CASE v_rule
+        WHEN 'jobs_task_valid' THEN 'task'
+        WHEN 'jobs_queue_valid' THEN 'queue'
+        WHEN 'jobs_args_is_object' THEN 'args'
+        WHEN 'jobs_priority_range' THEN 'priority'
+        WHEN 'jobs_run_at_finite' THEN 'run_at'
+        WHEN 'jobs_max_attempts_positive' THEN 'max_attempts'
+        WHEN 'jobs_idempotency_key_length' THEN 'idempotency_key'
+        WHEN 'jobs_labels_valid' THEN 'labels'
+        WHEN 'jobs_tenant_length' THEN 'tenant'
+    END;
+    v_message := CASE v_rule
+        WHEN 'jobs_task_valid' THEN pg_catalog.format(
+            'task %s is not a valid task name (1 to 200 of A-Z a-z 0-9 _ . : -, starting with a letter or _)',
+            pgsched._shown(p_task))
+        WHEN 'jobs_queue_valid' THEN pg_catalog.format(
+            'queue %s is not a valid queue name (1 to 63 of A-Z a-z 0-9 _ . : -, not starting with . : -)',
+            pgsched._shown(p_queue))
+        WHEN 'jobs_args_is_object' THEN pg_catalog.format(
+            'args must be a JSON object, not %s %s', pg_catalog.jsonb_typeof(p_args), pgsched._shown(p_args::text))
+        WHEN 'jobs_priority_range' THEN pg_catalog.format(
+            'priority %s is out of range (-1000000 to 1000000)', p_priority)
+        WHEN 'jobs_run_at_finite' THEN pg_catalog.format('run_at %s is not a finite time', p_run_at)
+        WHEN 'jobs_max_attempts_positive' THEN pg_catalog.format(
+            'max_attempts %s is not allowed: at least 1 (NULL means the default)', p_max_attempts)
+        WHEN 'jobs_idempotency_key_length' THEN pg_catalog.format(
+            'idempotency_key %s is %s bytes long: it must be 1 to 1000 bytes',
+            pgsched._shown(p_key), pg_catalog.octet_length(p_key))
+        WHEN 'jobs_labels_valid' THEN pg_catalog.format(
+            'labels %s may not contain NULL or empty labels (no worker could offer them)',
+            pgsched._shown(p_labels::text))
+        WHEN 'jobs_tenant_length' THEN pg_catalog.format(
+            'tenant %s must be 1 to 200 characters long', pgsched._shown(p_tenant))
+    END;
+    RAISE EXCEPTION '% (%)', v_prefix || v_message, v_rule
+        USING ERRCODE = 'check_violation', CONSTRAINT = v_rule, COLUMN = v_column, SCHEMA = 'pgsched', TABLE = 'jobs';
+END
+$$;
+
+-- functions/_check_run_options.sql
+-- _check_run_options
+-- contract: raises check_violation, naming the rule, the column and the
+-- value, when a new job's timeout is not positive or its concurrency_key is
+-- not 1 to 200 characters (the table's jobs_timeout_positive and
+-- jobs_concurrency_key_length, which would name a partition instead). NULL
+-- is allowed for both. p_row, 1-based, is the job's position in a batch and
+-- leads the message, as in _check_job.
+CREATE OR REPLACE FUNCTION pgsched._check_run_options(
+    p_timeout interval, p_concurrency_key text, p_row bigint DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_prefix text := CASE WHEN p_row IS NULL THEN 'pgsched: ' ELSE pg_catalog.format('pgsched: row %s of the batch: ', p_row) END;
+BEGIN
+    IF p_timeout <= interval '0' THEN
+        RAISE EXCEPTION '%timeout % is not allowed: it must be positive (NULL means none)', v_prefix, p_timeout
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive', COLUMN = 'timeout',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
+    IF pg_catalog.length(p_concurrency_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION '%concurrency_key % is not allowed: it must be 1 to 200 characters (NULL means none)',
+                v_prefix, pgsched._shown(p_concurrency_key)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_concurrency_key_length', COLUMN = 'concurrency_key',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
+    END IF;
+END
+$$;
+
+-- functions/_check_command_task.sql
+-- _check_command_task
+-- contract: raises insufficient_privilege when p_task is pgsched.command, the
+-- task of command jobs: those enter only through enqueue_command() (granted
+-- by pgsched_command), never through enqueue(), enqueue_many(), a plain
+-- INSERT or a schedule, whatever the caller's other grants. p_where names
+-- the path that was refused (with its batch row, if any) in the message.
+-- The owner's own redrive (retry()) re-inserts an existing command job and
+-- does not come here.
+CREATE OR REPLACE FUNCTION pgsched._check_command_task(p_task text, p_where text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF p_task = 'pgsched.command' THEN
+        RAISE EXCEPTION 'pgsched: %task pgsched.command is reserved for command jobs',
+                CASE WHEN p_where IS NULL THEN '' ELSE p_where || ': ' END
+            USING ERRCODE = 'insufficient_privilege', COLUMN = 'task', SCHEMA = 'pgsched', TABLE = 'jobs',
+                  HINT = 'Enqueue commands with pgsched.enqueue_command(), which needs the role pgsched_command.';
+    END IF;
+END
+$$;
+
 -- functions/_check_labels.sql
 -- _check_labels
 -- contract: raises check_violation, naming the constraint jobs_labels_valid,
--- when a job's labels contain NULL (no worker could ever offer it, so the job
--- would wait forever).
+-- when a job's labels contain NULL or an empty label (no worker could ever
+-- offer it, so the job would wait forever). Jobs are checked by _check_job,
+-- which applies the same rule; this one serves callers that hold only labels.
 CREATE OR REPLACE FUNCTION pgsched._check_labels(p_labels text[])
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
-    IF p_labels IS NOT NULL AND pg_catalog.array_position(p_labels, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'pgsched: job labels may not contain NULL (jobs_labels_valid)'
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_labels_valid', SCHEMA = 'pgsched', TABLE = 'jobs';
+    IF pg_catalog.array_position(p_labels, NULL) IS NOT NULL OR pg_catalog.array_position(p_labels, '') IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: labels % may not contain NULL or empty labels (jobs_labels_valid)',
+                pgsched._shown(p_labels::text)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_labels_valid', COLUMN = 'labels',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
     END IF;
 END
 $$;
@@ -429,59 +781,632 @@ $$;
 -- _check_payload
 -- contract: raises check_violation, naming the constraint
 -- jobs_args_size_limit, when a job's args are larger than p_limit bytes
--- (pgsched.config.max_payload_bytes). p_row numbers the row in a batch.
+-- (pgsched.config.max_payload_bytes), measured as compact JSON text in UTF-8
+-- (no whitespace between tokens: what json.dumps(args, separators=(",", ":"),
+-- ensure_ascii=False) writes), so a client's exact count holds at the
+-- boundary. p_row, 1-based, numbers the row in a batch.
 CREATE OR REPLACE FUNCTION pgsched._check_payload(p_args jsonb, p_limit integer, p_row bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
+    v_text text;
     v_size integer;
+    v_bare text;
 BEGIN
     -- The text form is at most 6 bytes per stored byte (a \u0001 escape): well below, skip measuring.
     IF p_args IS NULL OR pg_catalog.pg_column_size(p_args) <= p_limit / 6 THEN
         RETURN;
     END IF;
-    v_size := pg_catalog.octet_length(p_args::text);
+    v_text := p_args::text;
+    v_size := pg_catalog.octet_length(v_text);
     IF v_size > p_limit THEN
-        RAISE EXCEPTION 'pgsched: job args are % bytes, over the limit of % bytes%', v_size, p_limit,
-                CASE WHEN p_row IS NULL THEN '' ELSE pg_catalog.format(' (row %s of the batch)', p_row) END
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_args_size_limit',
+        -- jsonb's text form adds one space after every , and : between
+        -- tokens and none elsewhere outside strings: drop the strings, count
+        -- the spaces left. Paid only by args near or over the limit.
+        v_bare := pg_catalog.regexp_replace(v_text, '"(?:[^"\\]|\\.)*"', '', 'g');
+        v_size := v_size - (pg_catalog.length(v_bare) - pg_catalog.length(pg_catalog.replace(v_bare, ' ', '')));
+    END IF;
+    IF v_size > p_limit THEN
+        RAISE EXCEPTION 'pgsched: %args are % bytes of JSON, over the limit of % bytes (jobs_args_size_limit)',
+                CASE WHEN p_row IS NULL THEN '' ELSE pg_catalog.format('row %s of the batch: ', p_row) END,
+                v_size, p_limit
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_args_size_limit', COLUMN = 'args',
                   SCHEMA = 'pgsched', TABLE = 'jobs',
                   HINT = 'Store large data elsewhere and pass a reference, or raise pgsched.config.max_payload_bytes.';
     END IF;
 END
 $$;
 
+-- functions/_cron_value.sql
+-- _cron_value
+-- contract: one plain value of cron field p_field (see _cron_field): a number
+-- within the field's range, or a month / weekday name where the field takes
+-- names. Raises invalid_parameter_value otherwise.
+CREATE OR REPLACE FUNCTION pgsched._cron_value(p_value text, p_field integer)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_name text := (ARRAY['second', 'minute', 'hour', 'day-of-month', 'month', 'day-of-week'])[p_field + 1];
+    v_lo integer := (ARRAY[0, 0, 0, 1, 1, 0])[p_field + 1];
+    v_hi integer := (ARRAY[59, 59, 23, 31, 12, 7])[p_field + 1];
+    v_at integer;
+BEGIN
+    IF p_field = 4 THEN
+        v_at := pg_catalog.array_position('{JAN,FEB,MAR,APR,MAY,JUN,JUL,AUG,SEP,OCT,NOV,DEC}'::text[], p_value);
+        IF v_at IS NOT NULL THEN
+            RETURN v_at;
+        END IF;
+    ELSIF p_field = 5 THEN
+        v_at := pg_catalog.array_position('{SUN,MON,TUE,WED,THU,FRI,SAT}'::text[], p_value);
+        IF v_at IS NOT NULL THEN
+            RETURN v_at - 1;
+        END IF;
+    END IF;
+    IF p_value !~ '^[0-9]+$' THEN
+        RAISE EXCEPTION 'pgsched: cannot parse % field: % is not a number%', v_name, pg_catalog.quote_literal(p_value),
+            CASE p_field WHEN 4 THEN ' or JAN-DEC' WHEN 5 THEN ' or SUN-SAT' ELSE '' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_value::numeric NOT BETWEEN v_lo AND v_hi THEN
+        RAISE EXCEPTION 'pgsched: % must be %-%, got %', v_name, v_lo, v_hi, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN p_value::integer;
+END
+$$;
+
+-- functions/_cron_field.sql
+-- _cron_field
+-- contract: the values one field of a cron expression names, parsed by the
+-- rules cron.py applies (cronsim's): '*', numbers, ranges 'a-b', steps '/n',
+-- lists, JAN-DEC in the month field, SUN-SAT and 'nL' / 'd#n' in the
+-- day-of-week field, 'L' and 'LW' in the day-of-month field (-1000 / -1001).
+-- p_field is 0 second, 1 minute, 2 hour, 3 day-of-month, 4 month,
+-- 5 day-of-week. Raises invalid_parameter_value naming the field and what is
+-- wrong, so SQL refuses exactly what the Python side cannot parse.
+CREATE OR REPLACE FUNCTION pgsched._cron_field(p_token text, p_field integer)
+RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_name text := (ARRAY['second', 'minute', 'hour', 'day-of-month', 'month', 'day-of-week'])[p_field + 1];
+    v_lo integer := (ARRAY[0, 0, 0, 1, 1, 0])[p_field + 1];
+    v_hi integer := (ARRAY[59, 59, 23, 31, 12, 7])[p_field + 1];
+    v_token text := pg_catalog.upper(p_token);
+    v_term text;
+    v_rest text;
+    v_step integer;
+    v_items integer[] := '{}';
+    v_first integer;
+    v_last integer;
+BEGIN
+    IF v_token = '*' THEN
+        RETURN ARRAY(SELECT pg_catalog.generate_series(v_lo, v_hi));
+    END IF;
+    IF pg_catalog.strpos(v_token, ',') > 0 THEN
+        FOREACH v_term IN ARRAY pg_catalog.string_to_array(v_token, ',') LOOP
+            v_items := v_items || pgsched._cron_field(v_term, p_field);
+        END LOOP;
+        RETURN v_items;
+    END IF;
+    IF p_field = 5 AND pg_catalog.strpos(v_token, 'L') > 0 THEN
+        v_term := pg_catalog.left(v_token, -1);
+        IF v_term !~ '^[0-9]+$' THEN
+            RAISE EXCEPTION 'pgsched: cannot parse % field %: "nL" (the last such weekday) takes a day number',
+                v_name, pg_catalog.quote_literal(p_token) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN ARRAY[pgsched._cron_value(v_term, p_field)];
+    END IF;
+    IF p_field = 5 AND pg_catalog.strpos(v_token, '#') > 0 THEN
+        v_term := pg_catalog.split_part(v_token, '#', 1);
+        v_rest := pg_catalog.substr(v_token, pg_catalog.strpos(v_token, '#') + 1);
+        IF v_rest !~ '^[0-9]+$' OR v_rest::numeric NOT BETWEEN 1 AND 5 THEN
+            RAISE EXCEPTION 'pgsched: cannot parse % field %: "d#n" takes n from 1 to 5',
+                v_name, pg_catalog.quote_literal(p_token) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN ARRAY[pgsched._cron_value(v_term, p_field)];
+    END IF;
+    IF pg_catalog.strpos(v_token, '/') > 0 THEN
+        v_term := pg_catalog.split_part(v_token, '/', 1);
+        v_rest := pg_catalog.substr(v_token, pg_catalog.strpos(v_token, '/') + 1);
+        IF v_rest !~ '^[0-9]+$' OR v_rest::numeric = 0 OR v_rest::numeric > 1000000 THEN
+            RAISE EXCEPTION 'pgsched: cannot parse % field %: the step after / must be a positive number',
+                v_name, pg_catalog.quote_literal(p_token) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        v_step := v_rest::integer;
+        v_items := pgsched._cron_field(v_term, p_field);
+        IF v_items IN (ARRAY[-1000], ARRAY[-1001]) THEN
+            RETURN v_items;
+        END IF;
+        IF pg_catalog.cardinality(v_items) = 1 THEN
+            RETURN ARRAY(SELECT pg_catalog.generate_series(v_items[1], v_hi, v_step));
+        END IF;
+        RETURN ARRAY(SELECT d.v FROM (SELECT u.v, pg_catalog.row_number() OVER (ORDER BY u.v) AS n
+                                      FROM (SELECT DISTINCT x AS v FROM pg_catalog.unnest(v_items) x) u) d
+                     WHERE (d.n - 1) % v_step = 0 ORDER BY d.v);
+    END IF;
+    IF pg_catalog.strpos(v_token, '-') > 0 THEN
+        v_first := pgsched._cron_value(pg_catalog.split_part(v_token, '-', 1), p_field);
+        v_last := pgsched._cron_value(pg_catalog.substr(v_token, pg_catalog.strpos(v_token, '-') + 1), p_field);
+        IF v_last < v_first THEN
+            RAISE EXCEPTION 'pgsched: cannot parse % field %: a range goes from low to high',
+                v_name, pg_catalog.quote_literal(p_token) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN ARRAY(SELECT pg_catalog.generate_series(v_first, v_last));
+    END IF;
+    IF p_field = 3 AND v_token = 'LW' THEN
+        RETURN ARRAY[-1001];
+    END IF;
+    IF p_field = 3 AND v_token = 'L' THEN
+        RETURN ARRAY[-1000];
+    END IF;
+    RETURN ARRAY[pgsched._cron_value(v_token, p_field)];
+END
+$$;
+
+-- functions/_check_schedule.sql
+-- _check_schedule
+-- contract: refuses a schedule that could never be expanded, before it is
+-- written, so one bad schedule cannot fail the scanners' passes: the job
+-- table's rules for what its occurrences carry (priority within +-1,000,000,
+-- labels without NULL, tenant of 1-200 characters, args within
+-- max_payload_bytes, max_attempts > 0), and a cron expression that cron.py
+-- parses (5 fields, or 6 with seconds first; each field within its range;
+-- Vixie's macros @yearly/@annually, @monthly, @weekly, @daily/@midnight and
+-- @hourly; never @reboot) and that can fire at all ('0 0 30 2 *' cannot).
+-- The names and the zone: _check_schedule_names, from the table's trigger. Raises
+-- check_violation naming the schedules_* constraint, or
+-- invalid_parameter_value for a cron expression, with what is wrong.
+CREATE OR REPLACE FUNCTION pgsched._check_schedule(
+    p_cron         text,
+    p_priority     integer,
+    p_max_attempts integer,
+    p_labels       text[],
+    p_tenant       text,
+    p_args         jsonb
+)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_expr text := pg_catalog.btrim(coalesce(p_cron, ''), E' \t\r\n');
+    v_fields text[];
+    v_days integer[];
+    v_months integer[];
+    v_limit integer;
+BEGIN
+    IF p_priority NOT BETWEEN -1000000 AND 1000000 THEN
+        RAISE EXCEPTION 'pgsched: schedule priority % is outside -1000000..1000000 (schedules_priority_range)',
+            p_priority USING ERRCODE = 'check_violation', CONSTRAINT = 'schedules_priority_range',
+                             SCHEMA = 'pgsched', TABLE = 'schedules';
+    END IF;
+    IF p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'pgsched: schedule max_attempts must be at least 1, got % (schedules_max_attempts_positive)',
+            p_max_attempts USING ERRCODE = 'check_violation', CONSTRAINT = 'schedules_max_attempts_positive',
+                                 SCHEMA = 'pgsched', TABLE = 'schedules';
+    END IF;
+    IF p_tenant IS NOT NULL AND pg_catalog.length(p_tenant) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'pgsched: a schedule tenant is 1 to 200 characters, or NULL for none (schedules_tenant_length)'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'schedules_tenant_length',
+                  SCHEMA = 'pgsched', TABLE = 'schedules';
+    END IF;
+    PERFORM pgsched._check_labels(p_labels);
+    SELECT c.max_payload_bytes INTO v_limit FROM pgsched.config c;
+    PERFORM pgsched._check_payload(p_args, coalesce(v_limit, 1048576));
+
+    IF v_expr LIKE '@%' THEN
+        v_expr := CASE pg_catalog.lower(v_expr)
+            WHEN '@yearly' THEN '0 0 1 1 *' WHEN '@annually' THEN '0 0 1 1 *'
+            WHEN '@monthly' THEN '0 0 1 * *' WHEN '@weekly' THEN '0 0 * * 0'
+            WHEN '@daily' THEN '0 0 * * *' WHEN '@midnight' THEN '0 0 * * *'
+            WHEN '@hourly' THEN '0 * * * *' END;
+        IF v_expr IS NULL THEN
+            RAISE EXCEPTION 'pgsched: invalid cron expression %: the only macros are @yearly, @annually, @monthly, '
+                            '@weekly, @daily, @midnight and @hourly (@reboot names no instant)',
+                pg_catalog.quote_literal(p_cron) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    v_fields := pg_catalog.regexp_split_to_array(v_expr, E'[ \t\r\n]+');
+    IF v_expr = '' OR pg_catalog.cardinality(v_fields) NOT IN (5, 6) THEN
+        RAISE EXCEPTION 'pgsched: invalid cron expression %: expected 5 fields (minute hour day-of-month month '
+                        'day-of-week) or 6 with seconds first', pg_catalog.quote_literal(p_cron)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.cardinality(v_fields) = 5 THEN
+        v_fields := '0'::text || v_fields;
+    END IF;
+    FOR i IN 0..5 LOOP
+        IF i = 3 THEN
+            v_days := pgsched._cron_field(v_fields[i + 1], i);
+        ELSIF i = 4 THEN
+            v_months := pgsched._cron_field(v_fields[i + 1], i);
+        ELSE
+            PERFORM pgsched._cron_field(v_fields[i + 1], i);
+        END IF;
+    END LOOP;
+    -- Day-of-month and day-of-week both restricted: either matches (it fires). Otherwise some
+    -- month named must have one of the days named (February counts 29).
+    IF (v_fields[4] LIKE '*%' OR v_fields[6] LIKE '*%')
+       AND (SELECT pg_catalog.min(d) FROM pg_catalog.unnest(v_days) d) >
+           (SELECT pg_catalog.max((ARRAY[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])[m])
+            FROM pg_catalog.unnest(v_months) m) THEN
+        RAISE EXCEPTION 'pgsched: cron expression % can never fire: day % does not occur in month %',
+            pg_catalog.quote_literal(p_cron), v_fields[4], v_fields[5] USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+-- functions/_check_schedule_names.sql
+-- _check_schedule_names
+-- contract: refuses, before the row is written and with what is wrong, a
+-- schedule name, task name or time zone the schedules table's CHECKs would
+-- refuse with a bare constraint name and a dump of the row
+-- (schedules_name_valid, schedules_task_valid, schedules_timezone_valid).
+-- Raises check_violation naming the constraint; the CHECKs stay as the last
+-- word. tg_schedules__before_write calls it, so upsert_schedule and a plain
+-- INSERT or UPDATE say the same.
+CREATE OR REPLACE FUNCTION pgsched._check_schedule_names(p_name text, p_task text, p_timezone text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$' THEN
+        RAISE EXCEPTION 'pgsched: invalid schedule name %: 1 to 128 letters, digits, _ . : or -, starting with a '
+                        'letter, digit or _ (schedules_name_valid)', coalesce(pg_catalog.quote_literal(p_name), 'NULL')
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'schedules_name_valid',
+                  SCHEMA = 'pgsched', TABLE = 'schedules';
+    END IF;
+    IF p_task IS NULL OR p_task !~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$' THEN
+        RAISE EXCEPTION 'pgsched: invalid task name % for schedule %: 1 to 200 letters, digits, _ . : or -, '
+                        'starting with a letter or _ (schedules_task_valid)',
+            coalesce(pg_catalog.quote_literal(p_task), 'NULL'), pg_catalog.quote_literal(p_name)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'schedules_task_valid',
+                  SCHEMA = 'pgsched', TABLE = 'schedules';
+    END IF;
+    IF NOT pgsched._valid_timezone(p_timezone) THEN
+        RAISE EXCEPTION 'pgsched: unknown time zone % for schedule %: give an IANA zone name such as '
+                        '''Europe/Berlin'', ''America/New_York'' or ''UTC'' (not an offset, not ''localtime'') '
+                        '(schedules_timezone_valid)',
+            coalesce(pg_catalog.quote_literal(p_timezone), 'NULL'), pg_catalog.quote_literal(p_name)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'schedules_timezone_valid',
+                  SCHEMA = 'pgsched', TABLE = 'schedules';
+    END IF;
+END
+$$;
+
+-- functions/_tenant_scope.sql
+-- _tenant_scope
+-- contract: the tenant the current session is confined to, decided from its
+-- login (session_user), so neither SET ROLE nor a setting moves it:
+--   NULL   not confined: the schema's owner and its members (superusers
+--          among them), and logins that are not members of
+--          pgsched_tenant_scoped, unless they narrowed themselves with
+--          SET pgsched.tenant (a filter they chose, not a boundary);
+--   tenant a member of pgsched_tenant_scoped bound to it in
+--          pgsched.tenant_roles (bind_tenant()); pgsched.tenant is ignored;
+--   ''     a member of pgsched_tenant_scoped that is not bound: confined to
+--          nothing (no row has tenant ''). Fails closed.
+-- The row-level security policies call it once per statement (InitPlans);
+-- SECURITY DEFINER so it may read pgsched.tenant_roles. Unconfined logins
+-- pay two role checks and no query: it runs on every claim and enqueue.
+CREATE OR REPLACE FUNCTION pgsched._tenant_scope()
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    -- current_user is this function's owner, the schema's owner.
+    IF pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(session_user, 'pgsched_tenant_scoped', 'MEMBER') THEN
+        RETURN nullif(pg_catalog.current_setting('pgsched.tenant', true), '');
+    END IF;
+    RETURN coalesce((SELECT b.tenant FROM pgsched.tenant_roles b
+                     WHERE b.role OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(session_user))),
+                    '');
+END
+$$;
+
 -- functions/_check_tenant.sql
 -- _check_tenant
--- contract: a session confined to a tenant (its login role is a member of
--- pgsched_tenant_scoped) may enqueue only for the tenant in the setting
--- pgsched.tenant; with the setting missing it may enqueue nothing (fails
--- closed). Superusers are members of every role but are never confined.
--- Raises insufficient_privilege otherwise.
+-- contract: a session confined to a tenant (see _tenant_scope: a member of
+-- pgsched_tenant_scoped, bound with bind_tenant() or, unbound, confined to
+-- nothing) may write only rows of that tenant; no
+-- tenant is not "any tenant". Raises insufficient_privilege otherwise. The
+-- decision follows the login, so SET ROLE and SET pgsched.tenant do not
+-- change it for a bound or scoped login.
 CREATE OR REPLACE FUNCTION pgsched._check_tenant(p_tenant text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_setting text := nullif(pg_catalog.current_setting('pgsched.tenant', true), '');
+    v_scope text := pgsched._tenant_scope();
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-               WHERE r.rolname = session_user AND NOT r.rolsuper
-                 AND pg_catalog.pg_has_role(r.oid, 'pgsched_tenant_scoped', 'MEMBER'))
-       AND (v_setting IS NULL OR p_tenant IS DISTINCT FROM v_setting) THEN
-        RAISE EXCEPTION 'pgsched: this role is confined to tenant %, not %',
-            coalesce(v_setting, '(none set)'), coalesce(p_tenant, '(none)')
+    IF v_scope IS NOT NULL AND p_tenant IS DISTINCT FROM v_scope THEN
+        RAISE EXCEPTION 'pgsched: this session is confined to tenant %, not %',
+            CASE WHEN v_scope = '' THEN '(none: its login is not bound to a tenant)' ELSE v_scope END,
+            coalesce(p_tenant, '(none)')
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = CASE WHEN v_scope = '' THEN 'An administrator binds the login: SELECT pgsched.bind_tenant(''login'', ''tenant'').'
+                              ELSE 'Name the tenant of this session.' END;
+    END IF;
+END
+$$;
+
+-- functions/_check_schedule_write.sql
+-- _check_schedule_write
+-- contract: may the session create or replace the schedule p_name with
+-- tenant p_tenant and source p_source? Raises insufficient_privilege unless
+--   * the new tenant is the session's own when it is confined, and an
+--     existing schedule of that name is visible to it (another tenant's
+--     schedule is never overwritten); and
+--   * a login holding pgsched_worker but not pgsched_admin (a worker
+--     registering the schedules its code defines) writes source 'code' only,
+--     and replaces only schedules that came from code.
+CREATE OR REPLACE FUNCTION pgsched._check_schedule_write(p_name text, p_tenant text, p_source text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_tenant text;
+    v_source text;
+BEGIN
+    PERFORM pgsched._check_tenant(p_tenant);
+    SELECT s.tenant, s.source INTO v_tenant, v_source FROM pgsched.schedules s WHERE s.name = p_name;
+    IF FOUND AND NOT pgsched._tenant_visible(v_tenant) THEN
+        RAISE EXCEPTION 'pgsched: the schedule name % is taken', p_name
             USING ERRCODE = 'insufficient_privilege';
     END IF;
+    IF NOT pg_catalog.pg_has_role(session_user, current_user, 'MEMBER')
+       AND NOT pg_catalog.pg_has_role(session_user, 'pgsched_admin', 'MEMBER') THEN
+        IF p_source IS DISTINCT FROM 'code' THEN
+            RAISE EXCEPTION 'pgsched: a worker login registers only schedules defined in code (source ''code'')'
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF FOUND AND v_source <> 'code' THEN
+            RAISE EXCEPTION 'pgsched: schedule % was made with source %; only pgsched_admin may replace it',
+                p_name, v_source
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+END
+$$;
+
+-- functions/_check_unconfined.sql
+-- _check_unconfined
+-- contract: raises insufficient_privilege when the session is confined to a
+-- tenant (see _tenant_scope): what p_action changes is shared by every
+-- tenant (queues, task policies, tenant bindings, scanner leases), so only
+-- an unconfined login may do it.
+CREATE OR REPLACE FUNCTION pgsched._check_unconfined(p_action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF pgsched._tenant_scope() IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: a session confined to a tenant cannot %', p_action
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'It changes what every tenant shares; use a login that is not bound to a tenant.';
+    END IF;
+END
+$$;
+
+-- functions/_clock.sql
+-- _clock
+-- contract: the moved clock a function was given, checked. p_now exists so
+-- tests can move time; only the schema's owner (and its members, superusers
+-- among them) may use it. For any other login a non-NULL p_now raises
+-- insufficient_privilege (SQLSTATE 42501): the decision reads session_user,
+-- the login, so SET ROLE changes nothing, and it holds inside SECURITY
+-- DEFINER functions, where current_user is the owner. NULL returns NULL at
+-- once (callers coalesce it with their clock): the hot path pays one call.
+CREATE OR REPLACE FUNCTION pgsched._clock(p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF p_now IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(
+            session_user,
+            (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgsched'),
+            'MEMBER') THEN
+        RAISE EXCEPTION 'pgsched: only the owner of the pgsched schema may move the clock (p_now)'
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Leave p_now NULL: the functions use the database clock.';
+    END IF;
+    RETURN p_now;
+END
+$$;
+
+-- functions/_depend.sql
+-- _depend
+-- contract: gives the just-inserted waiting jobs p_ids (on p_shards) their
+-- dependencies: p_deps[i] is a JSON array of job ids, and in a batch also of
+-- references to earlier rows of it as negative 1-based positions (-1: the
+-- first row); p_policies[i] ('cancel', the default, or 'wait') says what a
+-- dead or cancelled dependency does to job i. A dependency still active is
+-- held (FOR KEY SHARE: it cannot finish before this transaction commits)
+-- and becomes a row of pgsched.job_dependencies; one that completed
+-- (history) is met; one dead or cancelled applies the policy at once
+-- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive).
+-- A job with nothing left to wait for is made due (_release). A bad
+-- element, a reference to the row itself or a later one, or an id this
+-- session cannot see (another tenant's, or none) raises naming the row
+-- (p_batch) and the value; the caller's insert is rolled back with it.
+CREATE OR REPLACE FUNCTION pgsched._depend(
+    p_ids      bigint[],
+    p_shards   smallint[],
+    p_deps     jsonb[],
+    p_policies text[],
+    p_now      timestamptz,
+    p_batch    boolean DEFAULT true
+)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_bad record;
+    v_row text := '';
+    v_ords bigint[];
+    v_jobs bigint[];
+    v_job_shards smallint[];
+    v_on_failure text[];
+    v_on bigint[];
+    v_active bigint[];
+    v_failed bigint[];
+    v_failed_states text[];
+    v_outside bigint[];
+    v_met bigint[];
+    v_job pgsched.jobs;
+BEGIN
+    SELECT u.ord, u.deps, u.policy, e.v,
+           CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait') THEN 'policy'
+                WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' THEN 'shape'
+                WHEN pg_catalog.jsonb_typeof(e.v) <> 'number' OR e.v::numeric <> pg_catalog.trunc(e.v::numeric)
+                     OR e.v::numeric = 0 OR e.v::numeric > 9223372036854775807 THEN 'element'
+                WHEN e.v::numeric < 0 AND (NOT p_batch OR -e.v::numeric >= u.ord) THEN 'reference'
+           END AS problem
+    INTO v_bad
+    FROM unnest(p_deps, p_policies) WITH ORDINALITY AS u(deps, policy, ord)
+    LEFT JOIN LATERAL pg_catalog.jsonb_array_elements(
+        CASE WHEN pg_catalog.jsonb_typeof(u.deps) = 'array' THEN u.deps END) AS e(v) ON true
+    WHERE (u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait'))
+       OR pg_catalog.jsonb_typeof(u.deps) <> 'array'
+       OR pg_catalog.jsonb_typeof(e.v) <> 'number'
+       OR e.v::numeric <> pg_catalog.trunc(e.v::numeric) OR e.v::numeric = 0
+       OR e.v::numeric > 9223372036854775807
+       OR (e.v::numeric < 0 AND (NOT p_batch OR -e.v::numeric >= u.ord))
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        IF p_batch THEN
+            v_row := pg_catalog.format('row %s of the batch: ', v_bad.ord);
+        END IF;
+        IF v_bad.problem = 'policy' THEN
+            RAISE EXCEPTION 'pgsched: %on_dependency_failure must be ''cancel'' or ''wait'', not %',
+                    v_row, pgsched._shown(v_bad.policy)
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'on_dependency_failure';
+        ELSIF v_bad.problem = 'reference' AND p_batch THEN
+            RAISE EXCEPTION 'pgsched: %depends_on % refers to row %, which does not come before it: a batch''s references point back (-1 is its first row)',
+                    v_row, v_bad.v, -v_bad.v::numeric
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+        ELSIF v_bad.problem = 'reference' THEN
+            RAISE EXCEPTION 'pgsched: depends_on %: no such job (job ids are positive)', v_bad.v
+                USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on';
+        END IF;
+        RAISE EXCEPTION 'pgsched: %depends_on must be a JSON array of job ids%, not %', v_row,
+                CASE WHEN p_batch THEN ' (or -n for the n-th row of the batch)' ELSE '' END,
+                pgsched._shown(v_bad.deps::text)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+    END IF;
+
+    -- One edge per (job, dependency), references resolved to the ids drawn.
+    -- A reference to a row this call inserted (it has a shard) is active by
+    -- construction, and no one else sees it yet: only the others are looked up.
+    SELECT pg_catalog.array_agg(x.ord ORDER BY x.job, x.dep), pg_catalog.array_agg(x.job ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(x.shard ORDER BY x.job, x.dep), pg_catalog.array_agg(x.policy ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(x.dep ORDER BY x.job, x.dep),
+           pg_catalog.array_agg(DISTINCT x.dep) FILTER (WHERE NOT x.internal)
+    INTO v_ords, v_jobs, v_job_shards, v_on_failure, v_on, v_outside
+    FROM (SELECT DISTINCT u.ord, u.id AS job, u.shard, coalesce(u.policy, 'cancel') AS policy,
+                 CASE WHEN e.v::numeric > 0 THEN e.v::numeric::bigint ELSE p_ids[(-e.v::numeric)::integer] END AS dep,
+                 e.v::numeric < 0 AND p_shards[(-e.v::numeric)::integer] IS NOT NULL AS internal
+          FROM unnest(p_ids, p_shards, p_deps, p_policies) WITH ORDINALITY AS u(id, shard, deps, policy, ord)
+          CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(u.deps) AS e(v)) x;
+    IF v_jobs IS NULL THEN
+        RETURN;
+    END IF;
+
+    IF v_outside IS NOT NULL THEN
+        -- A redrive (retry) of a dead or cancelled dependency waits for this
+        -- transaction (it takes the same lock, exclusively), so a dependency
+        -- read from the history below cannot come back and complete unseen.
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(o.id))
+        FROM unnest(v_outside) AS o(id)
+        ORDER BY o.id;
+        -- Active dependencies, held until commit so none finishes unseen.
+        SELECT pg_catalog.array_agg(s.id) INTO v_active
+        FROM (SELECT j.id FROM pgsched.jobs j
+              WHERE j.id = ANY (v_outside) AND pgsched._tenant_visible(j.tenant)
+              ORDER BY j.id
+              FOR KEY SHARE OF j) s;
+        -- The others, from history (a new snapshot: one that finished while
+        -- we waited for its row is there). The latest outcome counts.
+        SELECT pg_catalog.array_agg(h.id) FILTER (WHERE h.state <> 'completed'),
+               pg_catalog.array_agg(h.state::text) FILTER (WHERE h.state <> 'completed'),
+               pg_catalog.array_agg(h.id) FILTER (WHERE h.state = 'completed')
+        INTO v_failed, v_failed_states, v_met
+        FROM (SELECT DISTINCT ON (h.id) h.id, h.state
+              FROM pgsched.job_history h
+              WHERE h.id = ANY (ARRAY(SELECT o.id FROM unnest(v_outside) AS o(id)
+                                      WHERE NOT EXISTS (SELECT 1 FROM unnest(v_active) AS a(id) WHERE a.id = o.id)))
+                AND pgsched._tenant_visible(h.tenant)
+              ORDER BY h.id, h.finished_at DESC) h;
+
+        SELECT e.ord, e.dep INTO v_bad
+        FROM unnest(v_ords, v_on) AS e(ord, dep)
+        WHERE e.dep = ANY (v_outside)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_active) AS a(id) WHERE a.id = e.dep)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep)
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+        ORDER BY e.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: %depends_on %: no such job',
+                    CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END, v_bad.dep
+                USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on',
+                      HINT = 'A job can depend on jobs this session can see, active or in the history.';
+        END IF;
+    END IF;
+
+    -- Rows for every dependency not met: active ones, and failed ones a job waits out.
+    INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
+    SELECT e.dep, e.job, e.shard, e.policy
+    FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+      AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep));
+
+    -- A dependency already dead or cancelled: the policy, at once.
+    FOR v_bad IN
+        SELECT DISTINCT ON (e.job) e.job, e.shard, f.id AS dep, f.state
+        FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+        JOIN unnest(v_failed, v_failed_states) AS f(id, state) ON f.id = e.dep
+        WHERE e.policy = 'cancel'
+        ORDER BY e.job, f.id
+    LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_bad.job AND j.shard = v_bad.shard AND j.state = 'waiting'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', p_now, pg_catalog.format('dependency %s %s', v_bad.dep, v_bad.state));
+        END IF;
+    END LOOP;
+
+    PERFORM pgsched._release(ARRAY(SELECT DISTINCT pg_catalog.unnest(v_jobs) ORDER BY 1),
+                             ARRAY(SELECT s FROM (SELECT DISTINCT ON (e.job) e.job, e.shard AS s
+                                                  FROM unnest(v_jobs, v_job_shards) AS e(job, shard)
+                                                  ORDER BY e.job) t), p_now);
 END
 $$;
 
 -- functions/_ensure_day_partition.sql
 -- _ensure_day_partition
--- contract: makes sure p_parent (job_history or job_events) has a partition
+-- contract: makes sure p_parent (job_history, job_events or queue_minutes) has a partition
 -- for the UTC day p_day. Rows that landed in the default partition for that
 -- day (written while the partition was missing) are moved into the new one
 -- before it is attached, so nothing is lost and the attach cannot fail on
@@ -493,7 +1418,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     v_name text := p_parent || '_p' || pg_catalog.to_char(p_day, 'YYYYMMDD');
-    v_key text := CASE p_parent WHEN 'job_history' THEN 'finished_at' WHEN 'job_events' THEN 'at' END;
+    v_key text := CASE p_parent WHEN 'job_history' THEN 'finished_at' WHEN 'job_events' THEN 'at'
+                                WHEN 'queue_minutes' THEN 'minute' END;
     v_from timestamptz := (p_day::timestamp AT TIME ZONE 'UTC');
     v_to timestamptz := ((p_day + 1)::timestamp AT TIME ZONE 'UTC');
 BEGIN
@@ -542,12 +1468,144 @@ BEGIN
 END
 $$;
 
+-- functions/_fail_overdue.sql
+-- _fail_overdue
+-- contract: fails the running jobs whose run is past its deadline
+-- (deadline_at, set by start() from the job's or the task's timeout) plus
+-- pgsched.config.timeout_grace, whatever their heartbeats say: each through
+-- pgsched.fail() under its current token, with the error 'timed out after N s',
+-- so its retry policy decides (retry with backoff, or dead) and the token is
+-- spent: the hung worker's late complete(), fail() or heartbeat() is refused.
+-- Returns the number of jobs failed (at most p_limit). expire_leases calls it,
+-- so scanners and housekeeping workers both enforce deadlines. A command job
+-- (its timeout column is the command's timeout + config.command_timeout_margin,
+-- see enqueue_command) gets the reason spelt out: 'timed out after 31 s: the
+-- command runner did not end the command within the margin of its 1 s timeout'.
+--
+-- Only started runs count (started_at is set by start() and cleared by every
+-- claim, so a deadline_at left from an earlier run never applies). Candidates
+-- are locked with SKIP LOCKED: a completion in flight wins, and fail() checks
+-- the token again.
+CREATE OR REPLACE FUNCTION pgsched._fail_overdue(
+    p_now   timestamptz,
+    p_limit integer,
+    p_shard integer
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_grace interval;
+    v_job record;
+    v_count integer := 0;
+BEGIN
+    SELECT c.timeout_grace INTO v_grace FROM pgsched.config c;
+    FOR v_job IN
+        SELECT j.id, j.shard, j.lease_token, j.deadline_at - j.started_at AS timeout,
+               CASE WHEN j.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(j.args -> 'timeout_s') = 'number'
+                    THEN j.args ->> 'timeout_s' END AS command_timeout
+        FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.started_at IS NOT NULL AND j.deadline_at < v_now - v_grace
+          AND (p_shard IS NULL OR j.shard = p_shard)
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        IF pgsched.fail(v_job.id, v_job.lease_token,
+                        pg_catalog.format('timed out after %s s',
+                            pg_catalog.round(EXTRACT(epoch FROM v_job.timeout), 3)::double precision)
+                        || CASE WHEN v_job.command_timeout IS NOT NULL THEN pg_catalog.format(
+                            ': the command runner did not end the command within the margin of its %s s timeout',
+                            v_job.command_timeout) ELSE '' END,
+                        NULL, false, p_now) <> 'lease_lost' THEN
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+-- functions/_fail_dependents.sql
+-- _fail_dependents
+-- contract: a job (p_id) just ended p_state ('dead' or 'cancelled'): every
+-- waiting job that depends on it with policy 'cancel' is cancelled, with the
+-- error 'dependency <id> <state>', and so on down the graph (their own
+-- dependents see 'dependency <id> cancelled'); dependents with policy 'wait'
+-- stay waiting, their dependency row kept, until a redrive of the job
+-- (pgsched.retry) completes. _finish calls it; each job cancelled here is
+-- filed by _finish too, which drops that job's own dependency rows.
+--
+-- The whole graph below is found first (a recursive query), and the rows
+-- that led to it are deleted before the jobs are filed: each _finish then
+-- finds no 'cancel' dependents left, so it calls back here for nothing, and
+-- a chain of thousands of jobs is one loop, not a thousand nested calls.
+CREATE OR REPLACE FUNCTION pgsched._fail_dependents(
+    p_id    bigint,
+    p_state pgsched.job_state,
+    p_now   timestamptz
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_jobs bigint[];
+    v_shards smallint[];
+    v_deps bigint[];
+    v_job pgsched.jobs;
+    v_count integer := 0;
+BEGIN
+    WITH RECURSIVE doomed (job, shard, dep) AS (
+        SELECT d.job, d.job_shard, d.depends_on
+        FROM pgsched.job_dependencies d
+        WHERE d.depends_on = p_id AND d.on_failure = 'cancel'
+        UNION
+        SELECT d.job, d.job_shard, d.depends_on
+        FROM doomed x
+        JOIN pgsched.job_dependencies d ON d.depends_on = x.job AND d.on_failure = 'cancel'
+    ), reasons AS (
+        -- one reason per job: its lowest dependency among those that fail
+        SELECT DISTINCT ON (x.job) x.job, x.shard, x.dep FROM doomed x ORDER BY x.job, x.dep
+    )
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.shard ORDER BY f.job),
+           pg_catalog.array_agg(f.dep ORDER BY f.job)
+    INTO v_jobs, v_shards, v_deps
+    FROM reasons f;
+    IF v_jobs IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM pgsched.job_dependencies d
+    WHERE d.on_failure = 'cancel' AND (d.depends_on = p_id OR d.depends_on = ANY (v_jobs));
+    -- In id order, like every path that takes several job rows.
+    FOR i IN 1 .. pg_catalog.cardinality(v_jobs) LOOP
+        DELETE FROM pgsched.jobs j
+        WHERE j.id = v_jobs[i] AND j.shard = v_shards[i] AND j.state = 'waiting'
+        RETURNING j.* INTO v_job;
+        IF FOUND THEN
+            PERFORM pgsched._finish(v_job, 'cancelled', p_now, pg_catalog.format(
+                'dependency %s %s', v_deps[i], CASE WHEN v_deps[i] = p_id THEN p_state::text ELSE 'cancelled' END));
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
 -- functions/_finish.sql
 -- _finish
 -- contract: records a job that was just deleted from pgsched.jobs (by the
 -- caller's own fenced DELETE, in the same transaction) as finished: a
--- history row in p_state, one audit event, and the idempotency key's
--- retention clock started. Callers do the check-and-write; this only files.
+-- history row in p_state, the audit events of a job that did not complete
+-- (the claim of the attempt it was running, if any, then p_state; a
+-- completion is read from the history row), the idempotency key's
+-- retention clock started (a service's key is freed at once), and the
+-- status event on pgsched_events (when
+-- pgsched.config.events is on; payload in docs/events.md, the same as
+-- complete()'s); a waiting job's dependency rows dropped, and a dead or
+-- cancelled job's dependents cancelled or left waiting by their policy
+-- (_fail_dependents). Callers do the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
@@ -566,19 +1624,44 @@ BEGIN
     SELECT * INTO v_config FROM pgsched.config;
     INSERT INTO pgsched.job_history
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
-         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+         leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
+         service, claimed_at, concurrency_key, timeout)
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
-            p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at, p_job.started_at,
-            p_now, p_result, p_error, p_job.schedule);
-    IF v_config.audit THEN
+            p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at,
+            -- a worker that never called start() (SQL only): the claim is the start;
+            -- a job cancelled before its handler started has none
+            coalesce(p_job.started_at,
+                     CASE WHEN p_job.state = 'running' AND p_state <> 'cancelled' THEN p_job.claimed_at END),
+            p_now, p_result, p_error, p_job.schedule, p_job.service, p_job.claimed_at, p_job.concurrency_key,
+            p_job.timeout);
+    IF v_config.events THEN
+        PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
+            'id', p_job.id, 'queue', p_job.queue, 'task', p_job.task, 'state', p_state,
+            'attempt', p_job.attempt)::text);
+    END IF;
+    IF v_config.audit AND p_state <> 'completed' THEN
+        IF p_job.state = 'running' AND p_job.claimed_at IS NOT NULL THEN
+            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
+            VALUES (p_job.id, p_job.claimed_at, 'claimed', p_job.attempt, p_job.leased_by, p_job.lease_token);
+        END IF;
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
         VALUES (p_job.id, p_now, p_state::text, p_job.attempt, p_job.leased_by, p_job.lease_token,
                 coalesce(p_detail, CASE WHEN p_error IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object('error', p_error) END));
     END IF;
+    -- Dependencies (docs/dependencies.md): a waiting job takes its own rows
+    -- with it; a dead or cancelled one applies its dependents' policy.
+    IF p_job.state = 'waiting' THEN
+        DELETE FROM pgsched.job_dependencies d WHERE d.job = p_job.id;
+    END IF;
+    IF p_state <> 'completed'
+       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'cancel') THEN
+        PERFORM pgsched._fail_dependents(p_job.id, p_state, p_now);
+    END IF;
     IF p_job.idempotency_key IS NOT NULL THEN
         UPDATE pgsched.idempotency_keys k
-        SET expires_at = p_now + v_config.idempotency_retention
+        -- A service's key is free again once it ended: the next enqueue starts it anew.
+        SET expires_at = CASE WHEN p_job.service THEN p_now ELSE p_now + v_config.idempotency_retention END
         WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
     END IF;
 END
@@ -591,7 +1674,8 @@ $$;
 -- not run out; otherwise raises SQLSTATE PS409 and the caller's whole
 -- transaction is rolled back. Holding the lock until commit means a takeover
 -- (which updates the row) waits for this write to finish, or this write sees
--- the takeover and is rejected: never both.
+-- the takeover and is rejected: never both. A session confined to a tenant
+-- is refused (insufficient_privilege).
 CREATE OR REPLACE FUNCTION pgsched._hold_shard(
     p_scanner text,
     p_shard   integer,
@@ -603,6 +1687,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
+    PERFORM pgsched._check_unconfined('run a scanner (scanners act for every tenant)');
     PERFORM 1 FROM pgsched.shard_leases l
     WHERE l.shard = p_shard AND l.owner = p_scanner AND l.epoch = p_epoch AND l.expires_at > p_now
     FOR SHARE;
@@ -613,6 +1698,295 @@ BEGIN
 END
 $$;
 
+-- functions/_key_holder.sql
+-- _key_holder
+-- contract: the id of the job holding idempotency key p_key (NULL when none
+-- does). A repeated key must repeat the work: when the holder (active, or
+-- finished within the retention) has another task or other args than
+-- p_task/p_args, raises SQLSTATE PS422 naming the key and the holder instead
+-- of handing back another job's id. Options (queue, run_at, priority...) are
+-- not compared: the first enqueue's stand. p_row, 1-based, numbers the row in
+-- a batch. Keys are per tenant: p_tenant (NULL: no tenant) names the space. Each statement here takes a new snapshot, so it sees a concurrent
+-- holder that the caller's key insert waited for.
+CREATE OR REPLACE FUNCTION pgsched._key_holder(
+    p_key text, p_task text, p_args jsonb, p_row bigint DEFAULT NULL, p_tenant text DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+    v_shard smallint;
+    v_task text;
+    v_args jsonb;
+BEGIN
+    SELECT k.job_id, k.shard INTO v_id, v_shard FROM pgsched.idempotency_keys k
+    WHERE k.key = p_key AND k.tenant IS NOT DISTINCT FROM p_tenant;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT j.task, j.args INTO v_task, v_args FROM pgsched.jobs j WHERE j.id = v_id AND j.shard = v_shard;
+    IF NOT FOUND THEN
+        SELECT h.task, h.args INTO v_task, v_args FROM pgsched.job_history h WHERE h.id = v_id LIMIT 1;
+    END IF;
+    IF FOUND AND (v_task, v_args) IS DISTINCT FROM (p_task, coalesce(p_args, '{}')) THEN
+        RAISE EXCEPTION '%idempotency_key % is held by job % with %',
+                CASE WHEN p_row IS NULL THEN 'pgsched: ' ELSE pg_catalog.format('pgsched: row %s of the batch: ', p_row) END,
+                pgsched._shown(p_key), v_id,
+                CASE WHEN v_task IS DISTINCT FROM p_task
+                     THEN pg_catalog.format('task %s, not %s', pgsched._shown(v_task), pgsched._shown(p_task))
+                     ELSE pg_catalog.format('other args (%s, not %s)', pgsched._shown(v_args::text),
+                                            pgsched._shown(coalesce(p_args, '{}')::text)) END
+            USING ERRCODE = 'PS422', COLUMN = 'idempotency_key', SCHEMA = 'pgsched', TABLE = 'jobs',
+                  HINT = 'A repeated key returns the existing job only for the same task and args: use another key for other work.';
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- functions/_key_room.sql
+-- _key_room
+-- contract: how many more jobs of concurrency key p_key queue p_q may start
+-- now under its per-key limits (key_concurrency: leases not expired;
+-- key_rate: starts within rate_period), counting p_taken, the room left by
+-- the claim in progress (a JSON object key -> room) when it already looked.
+-- Called by _claim_limited under the queue's lock.
+CREATE OR REPLACE FUNCTION pgsched._key_room(p_q pgsched.queues, p_key text, p_now timestamptz, p_taken jsonb)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_room integer := 2147483647;
+BEGIN
+    IF p_taken ? p_key THEN
+        RETURN (p_taken ->> p_key)::integer;
+    END IF;
+    IF p_q.key_concurrency IS NOT NULL THEN
+        v_room := p_q.key_concurrency - (
+            SELECT pg_catalog.count(*) FROM pgsched.jobs j
+            WHERE j.state = 'running' AND j.queue = p_q.name AND j.concurrency_key = p_key
+              AND j.lease_expires_at > p_now)::integer;
+    END IF;
+    IF p_q.key_rate IS NOT NULL THEN
+        v_room := least(v_room, p_q.key_rate - coalesce((
+            SELECT pg_catalog.count(*) FROM pgsched.rate_windows w, unnest(w.starts) s
+            WHERE w.queue = p_q.name AND w.rate_key = p_key AND s > p_now - p_q.rate_period), 0)::integer);
+    END IF;
+    RETURN v_room;
+END
+$$;
+
+-- functions/_claim_limited.sql
+-- _claim_limited
+-- contract: claim()'s path for a queue with a dispatch policy (concurrency
+-- or rate limits, per-key limits, tenant fairness; docs/dispatch.md): leases
+-- up to p_n of its due jobs as claim() does, never more than the limits
+-- allow at this moment, and returns them in claim()'s shape.
+--
+-- Claimers of one such queue take turns (a transaction-scoped advisory lock
+-- on the queue), so the counts read here stay true until the claim commits:
+-- two workers claiming at once cannot exceed a limit. Concurrency counts
+-- leases that have not expired (a SIGKILLed worker's slot frees when its
+-- lease runs out, with nothing to repair); rates count the starts recorded
+-- in pgsched.rate_windows within the last rate_period (a sliding window).
+-- Under fairness, the tenants with due jobs (one index probe each) are taken
+-- in turn (round robin), ceil(n / tenants) jobs each, heads first.
+-- Without fairness, shards are read one at a time from a rotating one (as
+-- claim() does for a busy worker), so a batch is usually one statement.
+-- Per-key limits skip jobs whose key is full, reading at most 1000
+-- candidates per shard. Like claim(), it writes no audit event (the row
+-- keeps claimed_at; see pgsched.job_timeline).
+CREATE OR REPLACE FUNCTION pgsched._claim_limited(
+    p_worker text,
+    p_queue  text,
+    p_n      integer,
+    p_lease  interval,
+    p_labels text[],
+    p_scope  text,
+    p_now    timestamptz
+)
+RETURNS TABLE (
+    id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
+    max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
+)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan per statement, pruned to the shard when it runs (as claim()).
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_q pgsched.queues;
+    v_k integer := p_n;
+    v_keyed boolean;
+    v_groups text[];
+    v_ng integer;
+    v_off integer;
+    v_per integer;
+    v_scan integer;
+    v_ids bigint[] := '{}';
+    v_shards smallint[] := '{}';
+    v_room jsonb := '{}';
+    v_left integer;
+    v_cand record;
+    v_shard smallint;
+    v_sids bigint[];
+    v_nshards integer;
+BEGIN
+    SELECT * INTO v_q FROM pgsched.queues q WHERE q.name = p_queue;
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgsched: claims from queue % (a dispatch policy) must run in READ COMMITTED', p_queue
+            USING ERRCODE = 'invalid_transaction_state',
+                  HINT = 'The limits are counted under a lock; an older snapshot would not see the latest claims.';
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.dispatch'), pg_catalog.hashtext(p_queue));
+
+    IF v_q.concurrency IS NOT NULL THEN
+        v_k := least(v_k, v_q.concurrency - (
+            SELECT pg_catalog.count(*) FROM pgsched.jobs j
+            WHERE j.state = 'running' AND j.queue = p_queue AND j.lease_expires_at > p_now)::integer);
+    END IF;
+    IF v_q.rate IS NOT NULL THEN
+        v_k := least(v_k, v_q.rate - coalesce((
+            SELECT pg_catalog.count(*) FROM pgsched.rate_windows w, unnest(w.starts) s
+            WHERE w.queue = p_queue AND w.rate_key = '' AND s > p_now - v_q.rate_period), 0)::integer);
+    END IF;
+    IF v_k <= 0 THEN
+        RETURN;
+    END IF;
+    v_keyed := v_q.key_concurrency IS NOT NULL OR v_q.key_rate IS NOT NULL;
+    v_scan := CASE WHEN v_keyed THEN least(v_k * 10 + 100, 1000) ELSE v_k END;
+
+    IF v_q.tenant_fairness THEN
+        -- The tenants with due jobs: a loose scan of the claim index.
+        WITH RECURSIVE g AS (
+            (SELECT j.dispatch_group AS grp FROM pgsched.jobs j
+             WHERE j.state = 'available' AND j.queue = p_queue
+             ORDER BY j.dispatch_group LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.dispatch_group FROM pgsched.jobs j
+                    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group > g.grp
+                    ORDER BY j.dispatch_group LIMIT 1)
+            FROM g WHERE g.grp IS NOT NULL
+        )
+        SELECT pg_catalog.array_agg(g.grp) INTO v_groups FROM g WHERE g.grp IS NOT NULL
+          AND (p_scope IS NULL OR g.grp = p_scope);
+        v_ng := coalesce(pg_catalog.cardinality(v_groups), 0);
+        IF v_ng = 0 THEN
+            RETURN;
+        END IF;
+        -- Turns start where the last claims left off, with no cursor to
+        -- write: the lease token sequence moved by one per job leased since,
+        -- so a claim that served k tenants moves the next start k tenants on.
+        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_ng)::integer INTO v_off
+        FROM pgsched.lease_token_seq s;
+        v_groups := v_groups[v_off + 1 :] || v_groups[: v_off];
+        v_ng := least(v_ng, v_k);
+        v_per := CASE WHEN v_keyed THEN v_scan ELSE (v_k + v_ng - 1) / v_ng END;
+        FOR v_cand IN
+            SELECT c.id, c.shard, c.concurrency_key
+            FROM unnest(v_groups[1 : v_ng]) WITH ORDINALITY AS g(grp, pos)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.shard, j.concurrency_key,
+                       pg_catalog.row_number() OVER (ORDER BY j.dispatch_rank, j.dispatch_at, j.id) AS rn
+                FROM (SELECT j.id, j.shard, j.concurrency_key, j.dispatch_rank, j.dispatch_at
+                      FROM pgsched.jobs j
+                      WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = g.grp
+                        AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+                        AND (p_scope IS NULL OR j.tenant = p_scope)
+                      ORDER BY j.dispatch_rank, j.dispatch_at, j.id
+                      LIMIT v_per) j
+            ) c
+            ORDER BY c.rn, g.pos
+            LIMIT v_scan
+        LOOP
+            EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+                CONTINUE WHEN v_left <= 0;
+                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+            END IF;
+            v_ids := v_ids || v_cand.id;
+            v_shards := v_shards || v_cand.shard;
+        END LOOP;
+    ELSE
+        -- Shard by shard from a rotating one, as claim() does for a busy
+        -- worker: the batch usually comes from one partition, one statement.
+        SELECT c.shards INTO v_nshards FROM pgsched.config c;
+        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
+        FROM pgsched.lease_token_seq s;
+        FOR i IN 0 .. v_nshards - 1 LOOP
+            EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+            v_shard := ((v_off + i) % v_nshards)::smallint;
+            FOR v_cand IN
+                SELECT j.id, j.shard, j.concurrency_key
+                FROM pgsched.jobs j
+                WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
+                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+                  AND (p_scope IS NULL OR j.tenant = p_scope)
+                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+                LIMIT v_scan
+            LOOP
+                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+                    CONTINUE WHEN v_left <= 0;
+                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+                END IF;
+                v_ids := v_ids || v_cand.id;
+                v_shards := v_shards || v_cand.shard;
+            END LOOP;
+        END LOOP;
+    END IF;
+    IF pg_catalog.cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- One statement per shard, pruned to its partition (as claim() does).
+    FOR v_shard IN SELECT DISTINCT u.s FROM unnest(v_shards) AS u(s) ORDER BY 1 LOOP
+        v_sids := ARRAY(SELECT u.i FROM unnest(v_ids, v_shards) AS u(i, s) WHERE u.s = v_shard);
+        RETURN QUERY
+        WITH locked AS MATERIALIZED (
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard AND j.id = ANY (v_sids) AND j.state = 'available'
+            ORDER BY j.id
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE pgsched.jobs j
+            SET state = 'running',
+                attempt = j.attempt + 1,
+                lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                leased_by = p_worker,
+                lease_expires_at = p_now + p_lease,
+                claimed_at = p_now,
+                started_at = NULL
+            WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
+            RETURNING j.*
+        ), started AS (
+            -- The window keeps the starts inside the period, oldest first.
+            INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
+            SELECT p_queue, k.rate_key, pg_catalog.array_fill(p_now, ARRAY[k.n])
+            FROM (SELECT ''::text AS rate_key, pg_catalog.count(*)::integer AS n FROM leased
+                  WHERE v_q.rate IS NOT NULL HAVING pg_catalog.count(*) > 0
+                  UNION ALL
+                  SELECT l.concurrency_key, pg_catalog.count(*)::integer FROM leased l
+                  WHERE v_q.key_rate IS NOT NULL AND l.concurrency_key IS NOT NULL
+                  GROUP BY l.concurrency_key) k
+            ON CONFLICT ON CONSTRAINT rate_windows_pkey DO UPDATE
+            SET starts = ARRAY(SELECT s FROM unnest(w.starts) s WHERE s > p_now - v_q.rate_period ORDER BY s)
+                         || EXCLUDED.starts
+        )
+        SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
+        FROM leased l;
+    END LOOP;
+END
+$$;
+
 -- functions/_put_back.sql
 -- _put_back
 -- contract: returns a running job to the queue under its fencing token
@@ -620,6 +1994,14 @@ $$;
 -- attempt counter keeps growing (every run has a new attempt and token) while
 -- the job keeps as many failures as it had. A job whose cancellation was
 -- requested is cancelled instead. Returns the new state, or 'lease_lost'.
+--
+-- Hand-backs are bounded: a started run handed back by a worker shutting
+-- down (p_kind 'released') counts in `handbacks`; the one past
+-- pgsched.config.max_handbacks (default 3) makes the job 'dead' with that
+-- reason, so a job that hangs every worker cannot hold a slot across deploys
+-- forever. A job released before its handler started counts nothing, and
+-- neither does a service job (jobs.service): it runs until cancelled, so
+-- every deploy hands it back.
 CREATE OR REPLACE FUNCTION pgsched._put_back(
     p_job_id bigint,
     p_token  bigint,
@@ -634,16 +2016,44 @@ AS $$
 DECLARE
     v_job pgsched.jobs;
     v_run_at timestamptz := coalesce(p_run_at, p_now);
+    v_scope text := pgsched._tenant_scope();
+    v_max_handbacks integer;
+    v_error text;
+    v_worker text;
 BEGIN
+    SELECT c.max_handbacks INTO v_max_handbacks FROM pgsched.config c;
+    -- The holder of this token (the claim recorded below): a token is leased once.
+    SELECT j.leased_by INTO v_worker FROM pgsched.jobs j WHERE j.id = p_job_id AND j.lease_token = p_token;
+    DELETE FROM pgsched.jobs j
+    WHERE p_kind = 'released'
+      AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.cancel_requested_at IS NULL AND j.started_at IS NOT NULL
+      AND j.handbacks >= v_max_handbacks AND NOT j.service
+      AND (v_scope IS NULL OR j.tenant = v_scope)
+    RETURNING j.* INTO v_job;
+    IF FOUND THEN
+        v_error := pg_catalog.format('handed back unfinished at shutdown %s times (max_handbacks %s)',
+                                     v_job.handbacks + 1, v_max_handbacks);
+        PERFORM pgsched._finish(v_job, 'dead', p_now, v_error, NULL,
+            pg_catalog.jsonb_build_object('error', v_error, 'reason', 'handbacks', 'handbacks', v_job.handbacks + 1));
+        RETURN 'dead';
+    END IF;
+
     UPDATE pgsched.jobs j
     SET run_at = v_run_at,
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-        max_attempts = j.max_attempts + 1,
+        -- saturates at the enqueue bound (jobs_max_attempts_range): never overflows
+        max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
+        handbacks = j.handbacks + (p_kind = 'released' AND j.started_at IS NOT NULL AND NOT j.service)::integer,
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
     WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NULL
+      AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
+        -- the attempt did not complete: its claim is recorded now (job_timeline)
+        PERFORM pgsched._event(p_job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_worker, p_token)
+        WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
             pg_catalog.jsonb_build_object('run_at', v_run_at));
         IF v_job.state = 'available' THEN
@@ -657,6 +2067,7 @@ BEGIN
     DELETE FROM pgsched.jobs j
     WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
       AND j.cancel_requested_at IS NOT NULL
+      AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
         PERFORM pgsched._finish(v_job, 'cancelled', p_now, 'cancelled while running');
@@ -680,19 +2091,119 @@ BEGIN
 END
 $$;
 
+-- functions/_release.sql
+-- _release
+-- contract: makes due those of the waiting jobs (p_jobs on p_shards) that
+-- have no dependency left in pgsched.job_dependencies: 'available' (run_at
+-- moved up to p_now, so start lag counts from the release), or 'scheduled'
+-- when run_at is still ahead; wakes their queues. Returns how many it made due.
+--
+-- Two statements on purpose. The first locks the jobs in id order; the
+-- second, with a snapshot taken after those locks, looks at what is left.
+-- Two dependencies completing at once in two transactions each delete their
+-- own row and then queue here: the second one sees the first one's delete
+-- committed, so the last completion always releases the job.
+CREATE OR REPLACE FUNCTION pgsched._release(
+    p_jobs   bigint[],
+    p_shards smallint[],
+    p_now    timestamptz
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_queues text[];
+    v_scheduled boolean;
+    v_count integer;
+BEGIN
+    PERFORM 1
+    FROM pgsched.jobs j
+    JOIN unnest(p_jobs, p_shards) AS u(id, shard) ON j.id = u.id AND j.shard = u.shard
+    WHERE j.state = 'waiting'
+    ORDER BY j.id
+    FOR UPDATE OF j;
+
+    WITH released AS (
+        UPDATE pgsched.jobs j
+        SET state = CASE WHEN j.run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+            run_at = greatest(j.run_at, p_now)
+        FROM unnest(p_jobs, p_shards) AS u(id, shard)
+        WHERE j.id = u.id AND j.shard = u.shard AND j.state = 'waiting'
+          AND NOT EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.job = j.id)
+        RETURNING j.queue, j.state
+    )
+    SELECT pg_catalog.array_agg(DISTINCT r.queue) FILTER (WHERE r.state = 'available'),
+           pg_catalog.bool_or(r.state = 'scheduled'), pg_catalog.count(*)
+    INTO v_queues, v_scheduled, v_count
+    FROM released r;
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    IF v_scheduled THEN
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+-- functions/_release_dependents.sql
+-- _release_dependents
+-- contract: for those of p_ids that completed in this transaction (at
+-- p_now), drops the dependency rows that waited for them and makes due every
+-- dependent left with none (_release). complete() calls it, in a statement of
+-- its own after the one that finished the jobs: an enqueue that added a
+-- dependency on one of them held that job's row (FOR KEY SHARE) until it
+-- committed, so this statement's snapshot sees the row it added.
+CREATE OR REPLACE FUNCTION pgsched._release_dependents(
+    p_ids bigint[],
+    p_now timestamptz
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_jobs bigint[];
+    v_shards smallint[];
+BEGIN
+    -- Only what this transaction completed: a stale completion of a job that
+    -- since died must not release dependents that wait for its redrive.
+    WITH done AS (
+        SELECT h.id
+        FROM pgsched.job_history h
+        WHERE h.id = ANY (p_ids) AND h.finished_at = p_now AND h.state = 'completed'
+          AND h.finished_xid = pg_catalog.pg_current_xact_id()
+    ), freed AS (
+        DELETE FROM pgsched.job_dependencies d
+        USING done
+        WHERE d.depends_on = done.id
+        RETURNING d.job, d.job_shard
+    )
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job)
+    INTO v_jobs, v_shards
+    FROM (SELECT DISTINCT fr.job, fr.job_shard FROM freed fr) f;
+    IF v_jobs IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN pgsched._release(v_jobs, v_shards, p_now);
+END
+$$;
+
 -- functions/_tenant_visible.sql
 -- _tenant_visible
--- contract: row-level security predicate. Roles that are members of
--- pgsched_tenant_scoped see (and write) only rows of the tenant named in the
--- setting pgsched.tenant; with the setting missing they see nothing. Other
--- roles see every row. No SET clause, so PostgreSQL inlines it into each
--- query's row filter; every call and operator is schema-qualified instead.
+-- contract: whether a row of tenant p_tenant is visible to (and writable by)
+-- the current session, as the row-level security policies decide it (see
+-- _tenant_scope): true for every row when the session is not confined,
+-- else only for rows of its tenant (no tenant is not "any tenant"). For the
+-- SECURITY DEFINER functions, which bypass row-level security and check
+-- single rows with it. Every call and operator is schema-qualified.
 CREATE OR REPLACE FUNCTION pgsched._tenant_visible(p_tenant text)
 RETURNS boolean
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_scoped', 'MEMBER')
-        OR p_tenant OPERATOR(pg_catalog.=) nullif(pg_catalog.current_setting('pgsched.tenant', true), '')
+    SELECT CASE WHEN s.scope IS NULL THEN true
+                ELSE coalesce(p_tenant OPERATOR(pg_catalog.=) s.scope, false) END
+    FROM pgsched._tenant_scope() AS s(scope)
 $$;
 
 -- functions/_withdraw.sql
@@ -743,6 +2254,68 @@ BEGIN
 END
 $$;
 
+-- functions/acquire_idle_shards.sql
+-- acquire_idle_shards
+-- contract: the shard leases of a worker that expands schedules while no
+-- scanner does (`pgsched worker` alone fires schedules). While no scanner is
+-- live (none seen within `lease`), renews the leases `holder` has and takes
+-- every shard nobody holds (free or expired), raising its epoch, exactly as
+-- acquire_shards does; writes go through the same fence (_hold_shard). As soon
+-- as a scanner is live it gives all of them back, so scanners take over at
+-- their next renewal. Unlike a scanner, the holder is not recorded in
+-- pgsched.scanners: it never counts in the scanners' fair shares. Returns the
+-- shards held afterwards with their epochs and expiry.
+CREATE OR REPLACE FUNCTION pgsched.acquire_idle_shards(
+    holder text,
+    lease  interval    DEFAULT '10 seconds',
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS TABLE (shard smallint, epoch bigint, expires_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+BEGIN
+    IF acquire_idle_shards.lease IS NULL OR acquire_idle_shards.lease <= interval '0' THEN
+        RAISE EXCEPTION 'pgsched: the lease must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF acquire_idle_shards.holder IS NULL
+       OR EXISTS (SELECT 1 FROM pgsched.scanners s WHERE s.name = acquire_idle_shards.holder) THEN
+        RAISE EXCEPTION 'pgsched: % is a scanner name; idle shards are held under another name',
+            coalesce(acquire_idle_shards.holder, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM pgsched.scanners s WHERE s.last_seen > v_now - acquire_idle_shards.lease) THEN
+        UPDATE pgsched.shard_leases l
+        SET owner = NULL, expires_at = NULL, renewed_at = v_now
+        WHERE l.owner = acquire_idle_shards.holder;
+        RETURN;
+    END IF;
+
+    UPDATE pgsched.shard_leases l
+    SET expires_at = v_now + acquire_idle_shards.lease, renewed_at = v_now,
+        epoch = CASE WHEN l.expires_at > v_now THEN l.epoch ELSE l.epoch + 1 END
+    WHERE l.owner = acquire_idle_shards.holder;
+
+    UPDATE pgsched.shard_leases l
+    SET owner = acquire_idle_shards.holder, epoch = l.epoch + 1,
+        expires_at = v_now + acquire_idle_shards.lease, renewed_at = v_now
+    WHERE l.shard IN (
+        SELECT l2.shard FROM pgsched.shard_leases l2
+        WHERE l2.owner IS NULL OR l2.expires_at <= v_now
+        ORDER BY l2.shard
+        FOR UPDATE SKIP LOCKED);
+
+    RETURN QUERY
+    SELECT l.shard, l.epoch, l.expires_at
+    FROM pgsched.shard_leases l
+    WHERE l.owner = acquire_idle_shards.holder
+    ORDER BY l.shard;
+END
+$$;
+
 -- functions/acquire_shards.sql
 -- acquire_shards
 -- contract: a scanner's tick for its shard leases. Records the scanner as
@@ -765,12 +2338,13 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_shards integer;
     v_live integer;
     v_share integer;
     v_mine integer;
 BEGIN
+    PERFORM pgsched._check_unconfined('run a scanner (scanners act for every tenant)');
     IF acquire_shards.lease IS NULL OR acquire_shards.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: the scanner lease must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -848,7 +2422,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_sched pgsched.schedules;
     v_occ jsonb;
     v_fire timestamptz;
@@ -882,7 +2456,8 @@ BEGIN
             IF v_job_id IS NOT NULL THEN
                 v_created := v_created + 1;
             ELSE
-                SELECT k.job_id INTO v_job_id FROM pgsched.idempotency_keys k WHERE k.key = v_key;
+                SELECT k.job_id INTO v_job_id FROM pgsched.idempotency_keys k
+                WHERE k.key = v_key AND k.tenant IS NOT DISTINCT FROM v_sched.tenant;
             END IF;
         END IF;
         INSERT INTO pgsched.schedule_occurrences AS o
@@ -904,14 +2479,57 @@ BEGIN
 END
 $$;
 
+-- functions/bind_tenant.sql
+-- bind_tenant
+-- contract: confines the login role `role` to `tenant` on every path (reads
+-- through row-level security, enqueues, claims, completions, cancels,
+-- retries, schedules, idempotency keys) from its next statement on; SET ROLE
+-- and SET pgsched.tenant do not move it. Rebinding replaces the tenant.
+-- Only members of pgsched_tenant_scoped are confined, so the role is granted
+-- it when it is not a member yet (the owner needs ADMIN OPTION on it).
+-- Superusers and members of the schema's owner are never confined, so
+-- binding one is refused. Only a session that is not confined itself may
+-- bind. Returns the previous tenant, or NULL.
+CREATE OR REPLACE FUNCTION pgsched.bind_tenant(role regrole, tenant text)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_previous text;
+BEGIN
+    PERFORM pgsched._check_unconfined('bind tenants');
+    IF bind_tenant.role IS NULL OR bind_tenant.tenant IS NULL THEN
+        RAISE EXCEPTION 'pgsched: bind_tenant needs a role and a tenant' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.pg_has_role(bind_tenant.role, current_user, 'MEMBER') THEN
+        RAISE EXCEPTION 'pgsched: % is a superuser or a member of the schema''s owner, which are never confined',
+            bind_tenant.role
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(bind_tenant.role, 'pgsched_tenant_scoped', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT pgsched_tenant_scoped TO %I',
+                                  (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = bind_tenant.role));
+    END IF;
+    SELECT b.tenant INTO v_previous FROM pgsched.tenant_roles b WHERE b.role = bind_tenant.role;
+    INSERT INTO pgsched.tenant_roles AS b (role, tenant, bound_at)
+    VALUES (bind_tenant.role, bind_tenant.tenant, pg_catalog.now())
+    ON CONFLICT ON CONSTRAINT tenant_roles_pkey DO UPDATE SET tenant = EXCLUDED.tenant, bound_at = EXCLUDED.bound_at;
+    RETURN v_previous;
+END
+$$;
+
 -- functions/cancel.sql
 -- cancel
--- contract: a waiting job (scheduled or available) is cancelled at once and
+-- contract: a waiting job (scheduled, waiting or available) is cancelled at once and
 -- returns 'cancelled'; once that is returned the job can never start. A
--- running job gets a cancel request, seen by its worker at the next
--- heartbeat ('cancel_requested'); its run then ends as 'cancelled' unless it
--- had already succeeded. A finished job is left as it is
--- ('already_completed', 'already_dead', 'already_cancelled'); an unknown id
+-- running job gets a cancel request ('cancel_requested'), and its worker is
+-- told at once: a NOTIFY on pgsched_cancel whose payload is the job id only
+-- (the heartbeat, or a short poll without LISTEN, is the fallback). A claimed
+-- job whose handler has not started yet never starts (start() refuses it);
+-- a started one ends as 'cancelled' unless it had already succeeded. A
+-- finished job is left as it is ('already_completed', 'already_dead',
+-- 'already_cancelled'); an unknown id
 -- returns 'not_found', as does a job of another tenant for a session
 -- confined to one (see _check_tenant).
 CREATE OR REPLACE FUNCTION pgsched.cancel(
@@ -923,7 +2541,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
     v_tenant text;
@@ -946,7 +2564,7 @@ BEGIN
     -- retry); each statement is fenced on state, so try the pair again.
     FOR i IN 1 .. 3 LOOP
         DELETE FROM pgsched.jobs j
-        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'available')
+        WHERE j.id = cancel.job_id AND j.state IN ('scheduled', 'waiting', 'available')
         RETURNING j.* INTO v_job;
         IF FOUND THEN
             PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'cancelled before it ran');
@@ -960,6 +2578,7 @@ BEGIN
         IF FOUND THEN
             PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt, v_job.leased_by,
                                    v_job.lease_token);
+            PERFORM pg_catalog.pg_notify('pgsched_cancel', v_job.id::text);
             RETURN 'cancel_requested';
         END IF;
 
@@ -979,6 +2598,60 @@ BEGIN
 END
 $$;
 
+-- functions/cancel_many.sql
+-- cancel_many
+-- contract: pgsched.cancel for each of p_ids, in one statement and one
+-- transaction, in id order (so two bulk calls never deadlock), each id once;
+-- returns (job_id, result) with cancel()'s answer per job. It runs with the
+-- caller's rights and goes through cancel() itself, so every rule of a single
+-- cancel (tenant confinement, fencing on state) holds for each job. At most
+-- 10000 ids per call.
+CREATE OR REPLACE FUNCTION pgsched.cancel_many(
+    p_ids bigint[],
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, result text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    -- Refused at once for a moved clock, even when there is no job to pass it to.
+    PERFORM pgsched._clock(p_now);
+    IF pg_catalog.cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'pgsched: cancel_many takes at most 10000 jobs per call, not %',
+            pg_catalog.cardinality(p_ids)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Call it once per slice of the ids.';
+    END IF;
+    FOR job_id IN SELECT DISTINCT u.id FROM pg_catalog.unnest(p_ids) AS u(id) WHERE u.id IS NOT NULL ORDER BY u.id
+    LOOP
+        result := pgsched.cancel(job_id, p_now);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- functions/cancels_requested.sql
+-- cancels_requested
+-- contract: of these (job_id, token) pairs, the jobs whose lease is current
+-- and whose cancellation was requested. Reads only: workers without LISTEN
+-- (behind a transaction-pooling PgBouncer, or --no-listen) call it every
+-- fraction of a second, between heartbeats, so a running handler learns of a
+-- cancel promptly without extending every lease that often.
+CREATE OR REPLACE FUNCTION pgsched.cancels_requested(
+    job_ids bigint[],
+    tokens  bigint[]
+)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT j.id
+    FROM pgsched.jobs j
+    JOIN unnest(cancels_requested.job_ids, cancels_requested.tokens) AS u(id, token)
+      ON j.id = u.id AND j.lease_token = u.token
+    WHERE j.state = 'running' AND j.cancel_requested_at IS NOT NULL
+$$;
+
 -- functions/claim.sql
 -- claim
 -- contract: leases up to n due jobs of `queues` (skipping paused queues, and
@@ -986,13 +2659,20 @@ $$;
 -- Each claimed job gets a new fencing token, larger than any before, and its
 -- attempt incremented. A job is never leased twice at once: rows are locked
 -- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+-- The claim writes no audit event: the job's row keeps claimed_at, and an
+-- attempt that ends other than completed records its claim then (see
+-- pgsched.job_timeline).
 --
 -- Shards are visited one statement each, starting at start_shard (workers
 -- rotate it), so concurrent claimers spread over partitions instead of
 -- fighting for the same rows; within a shard, each queue is one index scan
--- in (priority DESC, run_at, id) order that stops after n rows, whatever the
--- backlog. Queues take turns by the same rotation. Priority orders jobs
--- within a shard and queue; across shards it holds within one rotation.
+-- in dispatch order (priority DESC, run_at, id; or aged priority, see
+-- tg_jobs__dispatch) that stops after n rows, whatever the backlog. Queues
+-- take turns by the same rotation. Priority orders jobs within a shard and
+-- queue; across shards it holds within one rotation.
+--
+-- A queue with a dispatch policy (concurrency or rate limits, tenant
+-- fairness) is claimed by _claim_limited, one claimer at a time.
 --
 -- With start_shard NULL, each queue is instead one statement over all shards
 -- at once (a merge of every shard's index, strict priority across shards):
@@ -1009,7 +2689,7 @@ CREATE OR REPLACE FUNCTION pgsched.claim(
 RETURNS TABLE (
     id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
     max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
-    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
 )
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -1019,26 +2699,49 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    -- The clock now, not at transaction start: started_at - run_at is the start lag.
-    v_now timestamptz := coalesce(p_now, pg_catalog.clock_timestamp());
+    -- The clock now, not at transaction start: the lease runs from the claim.
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_shards integer;
-    v_audit boolean;
     v_queues text[];
     v_left integer := claim.n;
     v_got integer;
     v_shard smallint;
     v_queue text;
     v_nq integer;
+    v_limited text[];
+    -- A session confined to a tenant claims only that tenant's jobs.
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT c.shards, c.audit INTO v_shards, v_audit FROM pgsched.config c;
+    SELECT c.shards INTO v_shards FROM pgsched.config c;
     SELECT pg_catalog.array_agg(q) INTO v_queues
     FROM unnest(claim.queues) q
     WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
     IF v_queues IS NULL THEN
         RETURN;
+    END IF;
+    -- Queues with a dispatch policy (limits, fairness) take their own path,
+    -- in name order: their locks are always taken in one order (no deadlock).
+    SELECT pg_catalog.array_agg(pq.name ORDER BY pq.name) INTO v_limited FROM pgsched.queues pq
+    WHERE pq.name = ANY (v_queues)
+      AND (pq.concurrency IS NOT NULL OR pq.key_concurrency IS NOT NULL OR pq.rate IS NOT NULL
+           OR pq.key_rate IS NOT NULL OR pq.tenant_fairness);
+    IF v_limited IS NOT NULL THEN
+        FOREACH v_queue IN ARRAY v_limited LOOP
+            RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
+                                                              claim.labels, v_scope, v_now);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            IF v_left <= 0 THEN
+                RETURN;
+            END IF;
+        END LOOP;
+        SELECT pg_catalog.array_agg(q) INTO v_queues FROM unnest(v_queues) q WHERE q <> ALL (v_limited);
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
     END IF;
 
     v_nq := pg_catalog.cardinality(v_queues);
@@ -1053,7 +2756,8 @@ BEGIN
                 WHERE j.state = 'available'
                   AND j.queue = v_queue
                   AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-                ORDER BY j.priority DESC, j.run_at, j.id
+                  AND (v_scope IS NULL OR j.tenant = v_scope)
+                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
                 LIMIT v_left
                 FOR UPDATE SKIP LOCKED
             ), leased AS (
@@ -1063,19 +2767,15 @@ BEGIN
                     lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
                     leased_by = claim.worker,
                     lease_expires_at = v_now + claim.lease,
-                    started_at = v_now
+                    claimed_at = v_now,
+                    started_at = NULL  -- set by start(), when a handler slot takes it
                 WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
                   AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
                   AND j.state = 'available'
                 RETURNING j.*
-            ), audit AS (
-                INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-                SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
-                FROM leased l
-                WHERE v_audit
             )
             SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
             FROM leased l;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_left := v_left - v_got;
@@ -1096,7 +2796,8 @@ BEGIN
               AND j.queue = v_queue
               -- the first arm keeps the row estimate right (most jobs need no labels)
               AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-            ORDER BY j.priority DESC, j.run_at, j.id
+              AND (v_scope IS NULL OR j.tenant = v_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
         ), leased AS (
@@ -1106,18 +2807,14 @@ BEGIN
                 lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
                 leased_by = claim.worker,
                 lease_expires_at = v_now + claim.lease,
-                started_at = v_now
+                claimed_at = v_now,
+                started_at = NULL  -- set by start(), when a handler slot takes it
             -- ids as an array: one index probe each, never a scan of the partition
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
             RETURNING j.*
-        ), audit AS (
-            INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-            SELECT l.id, v_now, 'claimed', l.attempt, claim.worker, l.lease_token
-            FROM leased l
-            WHERE v_audit
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
         FROM leased l;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
@@ -1130,10 +2827,14 @@ $$;
 -- complete
 -- contract: finishes the jobs whose fencing token is still current, in one
 -- statement: each accepted job leaves pgsched.jobs and enters
--- pgsched.job_history as 'completed' with its result, with one audit event.
+-- pgsched.job_history as 'completed' with its result (its claim and
+-- completion are read from that row: pgsched.job_timeline; no audit event).
 -- A stale token (the lease expired and the job was handed to someone else, or
 -- it already finished) changes nothing. Returns one row per input job saying
--- whether it was accepted. shards, when given, lets each lookup go straight
+-- whether it was accepted. Each accepted job sends its status event on
+-- pgsched_events when pgsched.config.events is on (docs/events.md). Waiting
+-- jobs whose last dependency this completes become due in the same
+-- transaction (docs/dependencies.md). shards, when given, lets each lookup go straight
 -- to the job's partition.
 CREATE OR REPLACE FUNCTION pgsched.complete(
     job_ids bigint[],
@@ -1148,8 +2849,9 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_config pgsched.config;
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     SELECT * INTO v_config FROM pgsched.config;
     RETURN QUERY
@@ -1166,29 +2868,171 @@ BEGIN
         USING input u
         WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
           AND (u.shard IS NULL OR j.shard = u.shard)
+          AND (v_scope IS NULL OR j.tenant = v_scope)  -- tokens are guessable, tenants are not
         RETURNING j.*, u.result
     ), history AS (
         INSERT INTO pgsched.job_history
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
-             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule)
+             leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
+             service, claimed_at, concurrency_key, timeout)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
-               d.created_at, d.started_at, v_now, d.result, NULL, d.schedule
+               -- a worker that never called start() ran it from its claim on
+               d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule, d.service,
+               d.claimed_at, d.concurrency_key, d.timeout
         FROM done d
-    ), audit AS (
-        INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token)
-        SELECT d.id, v_now, 'completed', d.attempt, d.leased_by, d.lease_token
-        FROM done d
-        WHERE v_config.audit
     ), keys AS (
         UPDATE pgsched.idempotency_keys k
-        SET expires_at = v_now + v_config.idempotency_retention
+        SET expires_at = CASE WHEN d.service THEN v_now ELSE v_now + v_config.idempotency_retention END
         FROM done d
         WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
+    ), notified AS (
+        -- Same payload as _finish's. Volatile, so materialized: the count
+        -- below reads every row, and so sends every NOTIFY.
+        SELECT pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
+            'id', d.id, 'queue', d.queue, 'task', d.task, 'state', 'completed', 'attempt', d.attempt)::text)
+        FROM done d
+        WHERE v_config.events
     )
     SELECT u.id, d.id IS NOT NULL
     FROM input u
-    LEFT JOIN done d ON d.id = u.id;
+    LEFT JOIN done d ON d.id = u.id
+    CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) n;
+    -- Dependents of what completed become due in this transaction; without
+    -- any, one index probe. A statement of its own (see _release_dependents).
+    IF EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = ANY (complete.job_ids)) THEN
+        PERFORM pgsched._release_dependents(complete.job_ids, v_now);
+    END IF;
+END
+$$;
+
+-- functions/configure_queue.sql
+-- configure_queue
+-- contract: sets the dispatch policy of queue `name` (docs/dispatch.md) and
+-- returns it. Every setting defaults to NULL = left as it is; p_clear names
+-- the settings to remove ('concurrency', 'key_concurrency', 'rate',
+-- 'key_rate', 'aging', 'labels', or 'all'; tenant_fairness is turned off with
+-- false). concurrency: at most N jobs of the queue leased at once across
+-- workers (key_concurrency: per concurrency_key); rate / rate_period: at most
+-- N starts per period (key_rate: per key, same period); aging: one priority
+-- step per interval waited (NULL: strict priority); tenant_fairness: claims
+-- take turns between tenants; labels: default labels of the queue's jobs.
+-- Returns the settings as JSON (durations in seconds) with `restamped`.
+-- A bad value raises invalid_parameter_value and changes nothing.
+--
+-- Aging and fairness order the claim index, stamped when a job is written
+-- (tg_jobs__dispatch): changing either re-stamps the queue's waiting jobs
+-- once, here (`restamped` says how many), so claims never sort the backlog.
+-- Admin only; refused for a session confined to a tenant.
+CREATE OR REPLACE FUNCTION pgsched.configure_queue(
+    name            text,
+    concurrency     integer  DEFAULT NULL,
+    rate            integer  DEFAULT NULL,
+    rate_period     interval DEFAULT NULL,
+    aging           interval DEFAULT NULL,
+    tenant_fairness boolean  DEFAULT NULL,
+    key_concurrency integer  DEFAULT NULL,
+    key_rate        integer  DEFAULT NULL,
+    labels          text[]   DEFAULT NULL,
+    p_clear         text[]   DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_clear text[] := coalesce(p_clear, '{}');
+    v_old pgsched.queues;
+    v_new pgsched.queues;
+    v_bad text;
+    v_restamped bigint := 0;
+BEGIN
+    PERFORM pgsched._check_unconfined('configure a queue (queues are shared by every tenant)');
+    SELECT c INTO v_bad FROM unnest(v_clear) c
+    WHERE c IS NULL OR c NOT IN ('concurrency', 'key_concurrency', 'rate', 'key_rate', 'aging', 'labels', 'all');
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: cannot clear %: p_clear takes concurrency, key_concurrency, rate, key_rate, aging, labels or all',
+            coalesce(pgsched._shown(v_bad), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.name IS NULL OR configure_queue.name !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$' THEN
+        RAISE EXCEPTION 'pgsched: % is not a valid queue name', coalesce(pgsched._shown(configure_queue.name), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.concurrency < 1 OR configure_queue.key_concurrency < 1
+       OR configure_queue.concurrency > 1000000 OR configure_queue.key_concurrency > 1000000 THEN
+        RAISE EXCEPTION 'pgsched: a concurrency limit is between 1 and 1000000 (clear it with p_clear)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.rate < 1 OR configure_queue.key_rate < 1
+       OR configure_queue.rate > 10000 OR configure_queue.key_rate > 10000 THEN
+        RAISE EXCEPTION 'pgsched: a rate is between 1 and 10000 starts per period (clear it with p_clear)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.rate_period < interval '1 millisecond' OR configure_queue.rate_period > interval '1 day' THEN
+        RAISE EXCEPTION 'pgsched: rate_period % is not between 1 millisecond and 1 day', configure_queue.rate_period
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.aging < interval '1 millisecond' OR configure_queue.aging > interval '1 day' THEN
+        RAISE EXCEPTION 'pgsched: aging % is not between 1 millisecond and 1 day (clear it for strict priority)',
+            configure_queue.aging USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.labels IS NOT NULL THEN
+        PERFORM pgsched._check_labels(configure_queue.labels);
+    END IF;
+
+    INSERT INTO pgsched.queues AS q (name) VALUES (configure_queue.name) ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING;
+    SELECT * INTO v_old FROM pgsched.queues q WHERE q.name = configure_queue.name FOR UPDATE;
+    v_new := v_old;
+    IF 'all' = ANY (v_clear) THEN
+        v_clear := ARRAY['concurrency', 'key_concurrency', 'rate', 'key_rate', 'aging', 'labels'];
+        v_new.tenant_fairness := false;
+    END IF;
+    v_new.concurrency := CASE WHEN 'concurrency' = ANY (v_clear) THEN NULL
+                              ELSE coalesce(configure_queue.concurrency, v_old.concurrency) END;
+    v_new.key_concurrency := CASE WHEN 'key_concurrency' = ANY (v_clear) THEN NULL
+                                  ELSE coalesce(configure_queue.key_concurrency, v_old.key_concurrency) END;
+    v_new.rate := CASE WHEN 'rate' = ANY (v_clear) THEN NULL ELSE coalesce(configure_queue.rate, v_old.rate) END;
+    v_new.key_rate := CASE WHEN 'key_rate' = ANY (v_clear) THEN NULL
+                           ELSE coalesce(configure_queue.key_rate, v_old.key_rate) END;
+    v_new.rate_period := CASE WHEN v_new.rate IS NULL AND v_new.key_rate IS NULL THEN NULL
+                              ELSE coalesce(configure_queue.rate_period, v_old.rate_period) END;
+    v_new.aging := CASE WHEN 'aging' = ANY (v_clear) THEN NULL ELSE coalesce(configure_queue.aging, v_old.aging) END;
+    v_new.tenant_fairness := coalesce(configure_queue.tenant_fairness, v_new.tenant_fairness);
+    v_new.labels := CASE WHEN 'labels' = ANY (v_clear) THEN NULL ELSE coalesce(configure_queue.labels, v_old.labels) END;
+    IF configure_queue.rate_period IS NOT NULL AND v_new.rate IS NULL AND v_new.key_rate IS NULL THEN
+        RAISE EXCEPTION 'pgsched: rate_period without a rate or key_rate' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF (v_new.rate IS NOT NULL OR v_new.key_rate IS NOT NULL) AND v_new.rate_period IS NULL THEN
+        RAISE EXCEPTION 'pgsched: a rate needs rate_period (N starts per period)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    UPDATE pgsched.queues q
+    SET concurrency = v_new.concurrency, key_concurrency = v_new.key_concurrency, rate = v_new.rate,
+        key_rate = v_new.key_rate, rate_period = v_new.rate_period, aging = v_new.aging,
+        tenant_fairness = v_new.tenant_fairness, labels = v_new.labels, updated_at = pg_catalog.now()
+    WHERE q.name = configure_queue.name;
+    IF v_new.rate IS NULL AND v_new.key_rate IS NULL THEN
+        DELETE FROM pgsched.rate_windows w WHERE w.queue = configure_queue.name;
+    ELSIF v_new.key_rate IS NULL THEN
+        DELETE FROM pgsched.rate_windows w WHERE w.queue = configure_queue.name AND w.rate_key <> '';
+    END IF;
+
+    IF (v_new.aging, v_new.tenant_fairness) IS DISTINCT FROM (v_old.aging, v_old.tenant_fairness) THEN
+        -- Setting queue to itself fires tg_jobs__dispatch (UPDATE OF queue).
+        -- Leased jobs are left to their workers; they are stamped again when
+        -- they come back with a new run_at.
+        UPDATE pgsched.jobs j SET queue = j.queue
+        WHERE j.queue = configure_queue.name AND j.state <> 'running';
+        GET DIAGNOSTICS v_restamped = ROW_COUNT;
+    END IF;
+
+    RETURN pg_catalog.jsonb_build_object(
+        'queue', configure_queue.name, 'concurrency', v_new.concurrency, 'key_concurrency', v_new.key_concurrency,
+        'rate', v_new.rate, 'key_rate', v_new.key_rate,
+        'rate_period_s', EXTRACT(epoch FROM v_new.rate_period),
+        'aging_s', EXTRACT(epoch FROM v_new.aging), 'tenant_fairness', v_new.tenant_fairness,
+        'labels', v_new.labels, 'restamped', v_restamped);
 END
 $$;
 
@@ -1196,13 +3040,563 @@ $$;
 -- enqueue
 -- contract: adds one job and returns its id. For an idempotency key already
 -- held by an active job, or by a finished one within the retention window,
--- returns that job's id and adds nothing. The shard derives from the key when
+-- returns that job's id and adds nothing (keys are per tenant), provided the
+-- task and args are the same (else PS422, see _key_holder). The shard derives from the key when
 -- there is one (so a key always lands on the same shard), else it is random.
+-- A refused value raises with its column named (see _check_job). timeout:
+-- the time limit of each run (NULL: the task's, else none), see start().
+-- With depends_on (job ids), the job waits (state 'waiting') until every
+-- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
+-- a dependency ending dead or cancelled does to it (see _depend).
+-- trace_context: the caller's trace propagation headers (see docs/otel.md).
+-- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
+-- count (docs/dispatch.md).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
--- the payload limit, the key, the wake-up), then inserts as a trusted writer
--- the trigger skips: one statement's work instead of two.
+-- the payload limit, the key, the wake-up), then inserts a row naming its
+-- attempt, which the trigger skips (30_triggers.sql): one statement's work
+-- instead of two.
 CREATE OR REPLACE FUNCTION pgsched.enqueue(
+    task            text,
+    args            jsonb       DEFAULT '{}',
+    queue           text        DEFAULT 'default',
+    run_at          timestamptz DEFAULT NULL,
+    priority        integer     DEFAULT 0,
+    idempotency_key text        DEFAULT NULL,
+    max_attempts    integer     DEFAULT NULL,
+    labels          text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL,
+    timeout         interval    DEFAULT NULL,
+    depends_on      bigint[]    DEFAULT NULL,
+    on_dependency_failure text  DEFAULT 'cancel',
+    trace_context   jsonb       DEFAULT NULL,
+    concurrency_key text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
+    v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
+    v_shard smallint;
+    v_queue text := coalesce(enqueue.queue, 'default');
+    v_max integer := enqueue.max_attempts;
+    v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
+BEGIN
+    PERFORM pgsched._check_tenant(enqueue.tenant);
+    PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
+                               v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
+    PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
+    END IF;
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
+        PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
+    END IF;
+    IF enqueue.idempotency_key IS NULL THEN
+        v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
+    ELSE
+        v_shard := ((pg_catalog.hashtextextended(enqueue.idempotency_key, 0) % v_shards + v_shards) % v_shards)::smallint;
+        -- The key row is the lock: a concurrent enqueue of the same key waits
+        -- here for the first one's commit, then sees the conflict. A key whose
+        -- retention ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue.idempotency_key, enqueue.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now;
+        IF NOT FOUND THEN
+            -- A new statement: its snapshot sees the holder we waited for.
+            RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args, NULL, enqueue.tenant);
+        END IF;
+    END IF;
+
+    -- The task's max_attempts, the default labels and the claim order are
+    -- read here, as tg_jobs__dispatch would (which skips a stamped row).
+    INSERT INTO pgsched.jobs
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         timeout, trace_context, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
+    SELECT v_id, v_shard,
+           CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+           v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0,
+           coalesce(v_max, t.max_attempts, v_default_attempts), enqueue.idempotency_key,
+           CASE WHEN coalesce(enqueue.labels, '{}') = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE enqueue.labels END,
+           enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
+           CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
+           CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
+           CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
+    FROM (SELECT) AS one
+    LEFT JOIN pgsched.queues q ON q.name = v_queue
+    LEFT JOIN pgsched.tasks t ON t.name = enqueue.task;
+
+    IF v_waits THEN
+        IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: depends_on % holds a NULL', enqueue.depends_on
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on';
+        END IF;
+        PERFORM pgsched._depend(ARRAY[v_id], ARRAY[v_shard], ARRAY[pg_catalog.to_jsonb(enqueue.depends_on)],
+                                ARRAY[enqueue.on_dependency_failure], v_now, false);
+    ELSIF v_run_at <= v_now THEN
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
+    ELSE
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- functions/enqueue_command.sql
+-- enqueue_command
+-- contract: adds one command job and returns its id: the program argv (no
+-- shell unless argv names one), run by a worker started with --commands, in
+-- its own process group, with env over a minimal base environment, in cwd
+-- (absolute; NULL: the worker's HOME), killed after timeout (NULL: none).
+-- The history row's result then holds exit_code, stdout, stderr (tails) and
+-- duration_s. Validated before anything is written: argv has 1 to 4096
+-- elements, none NULL, the first not empty, at most 128 kB each and 256 kB
+-- in all; env is an object of at most 1000 string values under names
+-- [A-Za-z_][A-Za-z0-9_]*, 256 kB in all; else invalid_parameter_value
+-- naming the parameter. Idempotency keys, run_at, priority, labels and
+-- tenants behave as in enqueue(). Granted to pgsched_command only: the task
+-- pgsched.command is refused on every other path (_check_command_task).
+-- The job is stored as task pgsched.command with args {argv, env, cwd,
+-- timeout_s} and the label pgsched:command, which only --commands workers
+-- offer, so no other worker ever claims it. With a timeout, the job's
+-- timeout column is timeout + config.command_timeout_margin: the runner
+-- kills the program at timeout and records its output within the margin,
+-- so the worker's own time limit and the database's deadline (start(),
+-- _fail_overdue) fire only when the runner itself failed to end the run.
+CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
+    argv            text[],
+    env             jsonb       DEFAULT '{}',
+    cwd             text        DEFAULT NULL,
+    timeout         interval    DEFAULT NULL,
+    queue           text        DEFAULT 'commands',
+    max_attempts    integer     DEFAULT NULL,
+    run_at          timestamptz DEFAULT NULL,
+    priority        integer     DEFAULT 0,
+    idempotency_key text        DEFAULT NULL,
+    labels          text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_run_at timestamptz := coalesce(enqueue_command.run_at, pg_catalog.now());
+    v_queue text := coalesce(enqueue_command.queue, 'commands');
+    v_env jsonb := coalesce(enqueue_command.env, '{}');
+    v_labels text[];
+    v_args jsonb;
+    v_limit integer;
+    v_max integer := enqueue_command.max_attempts;
+    v_margin interval;
+    v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
+    v_shard smallint;
+    v_bad text;
+BEGIN
+    PERFORM pgsched._check_tenant(enqueue_command.tenant);
+    IF enqueue_command.argv IS NULL OR pg_catalog.cardinality(argv) = 0 THEN
+        RAISE EXCEPTION 'pgsched: argv must name a program: at least one element'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF pg_catalog.array_ndims(argv) > 1 OR pg_catalog.cardinality(argv) > 4096 THEN
+        RAISE EXCEPTION 'pgsched: argv must be a one-dimensional array of at most 4096 elements, not % in % dimensions',
+                pg_catalog.cardinality(argv), pg_catalog.array_ndims(argv)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF pg_catalog.array_position(argv, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: argv element % is NULL', pg_catalog.array_position(argv, NULL)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF argv[pg_catalog.array_lower(argv, 1)] = '' THEN
+        RAISE EXCEPTION 'pgsched: argv''s first element, the program, is empty'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF (SELECT pg_catalog.max(pg_catalog.octet_length(a)) FROM unnest(argv) a) > 131072
+       OR (SELECT pg_catalog.sum(pg_catalog.octet_length(a)) FROM unnest(argv) a) > 262144 THEN
+        RAISE EXCEPTION 'pgsched: argv is too large: at most 128 kB an element and 256 kB in all'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'argv';
+    END IF;
+    IF pg_catalog.jsonb_typeof(v_env) <> 'object' THEN
+        RAISE EXCEPTION 'pgsched: env must be a JSON object of strings, not %', pg_catalog.jsonb_typeof(v_env)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    SELECT e.key INTO v_bad FROM pg_catalog.jsonb_each(v_env) e
+    WHERE pg_catalog.jsonb_typeof(e.value) <> 'string' ORDER BY e.key LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: env value of % must be a string, not %', pgsched._shown(v_bad),
+                pg_catalog.jsonb_typeof(v_env -> v_bad)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    SELECT e.key INTO v_bad FROM pg_catalog.jsonb_each(v_env) e
+    WHERE e.key !~ '^[A-Za-z_][A-Za-z0-9_]*$' OR pg_catalog.length(e.key) > 256 ORDER BY e.key LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: env name % is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 256)',
+                pgsched._shown(v_bad)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    IF (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_env)) > 1000
+       OR pg_catalog.octet_length(v_env::text) > 262144 THEN
+        RAISE EXCEPTION 'pgsched: env is too large: at most 1000 variables and 256 kB'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'env';
+    END IF;
+    IF cwd IS NOT NULL AND (pg_catalog.left(cwd, 1) <> '/' OR pg_catalog.octet_length(cwd) > 4096) THEN
+        RAISE EXCEPTION 'pgsched: cwd % must be an absolute path of at most 4096 bytes', pgsched._shown(cwd)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'cwd';
+    END IF;
+    IF enqueue_command.timeout IS NOT NULL
+       AND (enqueue_command.timeout <= interval '0' OR enqueue_command.timeout > interval '366 days') THEN
+        RAISE EXCEPTION 'pgsched: timeout % must be positive and at most 366 days (NULL: none)', enqueue_command.timeout
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'timeout';
+    END IF;
+
+    v_labels := coalesce(enqueue_command.labels, '{}');
+    IF NOT 'pgsched:command' = ANY (v_labels) THEN
+        v_labels := v_labels || 'pgsched:command'::text;
+    END IF;
+    v_args := pg_catalog.jsonb_build_object(
+        'argv', pg_catalog.to_jsonb(argv), 'env', v_env, 'cwd', cwd,
+        'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout));
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin
+    INTO v_limit, v_max, v_margin
+    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = 'pgsched.command';
+    PERFORM pgsched._check_job('pgsched.command', v_queue, v_args, coalesce(enqueue_command.priority, 0), v_run_at,
+                               v_max, enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
+    PERFORM pgsched._check_payload(v_args, v_limit);
+
+    IF enqueue_command.idempotency_key IS NULL THEN
+        v_shard := pgsched._random_shard();
+    ELSE
+        v_shard := pgsched._shard_for_key(enqueue_command.idempotency_key);
+        -- As in enqueue(): the key row is the lock; a repeat returns the holder.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue_command.idempotency_key, enqueue_command.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now;
+        IF NOT FOUND THEN
+            RETURN pgsched._key_holder(enqueue_command.idempotency_key, 'pgsched.command', v_args, NULL,
+                                       enqueue_command.tenant);
+        END IF;
+    END IF;
+
+    INSERT INTO pgsched.jobs
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         timeout)
+    VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+            v_queue, 'pgsched.command', v_args, coalesce(enqueue_command.priority, 0), v_run_at, 0, v_max,
+            enqueue_command.idempotency_key, v_labels, enqueue_command.tenant, enqueue_command.timeout + v_margin);
+    PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
+                                 CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);
+    RETURN v_id;
+END
+$$;
+
+-- functions/enqueue_many.sql
+-- enqueue_many
+-- contract: enqueue() for many jobs in one statement, all or nothing; returns
+-- one id per input row, in input order (for a repeated idempotency key, the
+-- holder's id; rows repeating a key within the batch get the first row's
+-- job; a repeated key with another task or other args raises PS422). Arrays
+-- are parallel: each one given has exactly one element per task (else
+-- invalid_parameter_value, naming the array); a NULL array, or a NULL
+-- element, means the default. labels are JSON arrays of strings, one per job.
+-- depends_on are JSON arrays, one per job, of job ids and of references to
+-- earlier rows of this batch as negative 1-based positions (-1 is the first
+-- row), so a whole graph is one call; on_dependency_failure ('cancel' or
+-- 'wait') is each job's policy for a dependency ending dead or cancelled
+-- (see _depend).
+-- A refused row raises naming its position (1-based, the ord returned), its
+-- column and its value; nothing of the batch is written. trace_context (the
+-- caller's trace propagation headers) is stored with every job of the batch.
+-- timeouts (each run's time limit; NULL: the task's, else none) and
+-- concurrency_keys (what the queue's per-key limits count) are per job, as
+-- in enqueue().
+CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
+    tasks            text[],
+    args             jsonb[]       DEFAULT NULL,
+    queues           text[]        DEFAULT NULL,
+    run_ats          timestamptz[] DEFAULT NULL,
+    priorities       integer[]     DEFAULT NULL,
+    idempotency_keys text[]        DEFAULT NULL,
+    max_attempts     integer[]     DEFAULT NULL,
+    tenants          text[]        DEFAULT NULL,
+    labels           jsonb[]       DEFAULT NULL,
+    depends_on       jsonb[]       DEFAULT NULL,
+    on_dependency_failure text[]   DEFAULT NULL,
+    trace_context    jsonb         DEFAULT NULL,
+    timeouts         interval[]    DEFAULT NULL,
+    concurrency_keys text[]        DEFAULT NULL
+)
+RETURNS TABLE (ord bigint, job_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.now();
+    v_shards integer;
+    v_limit integer;
+    v_default_attempts integer;
+    v_ords bigint[];
+    v_ids bigint[];
+    v_keys text[];
+    v_tenants text[];
+    v_queues text[];
+    v_scheduled boolean;
+    v_n integer := pg_catalog.cardinality(tasks);
+    v_bad record;
+    v_shard_list smallint[];
+    v_final bigint[];
+    v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
+                               WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
+BEGIN
+    IF tasks IS NULL OR v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- unnest() pads short arrays with NULLs, which would mean "the default"
+    -- for a value the caller did send: refuse any length but the batch's.
+    SELECT a.name, a.len, a.dims INTO v_bad
+    FROM (VALUES ('tasks', v_n, pg_catalog.array_ndims(tasks)),
+                 ('args', pg_catalog.cardinality(args), pg_catalog.array_ndims(args)),
+                 ('queues', pg_catalog.cardinality(queues), pg_catalog.array_ndims(queues)),
+                 ('run_ats', pg_catalog.cardinality(run_ats), pg_catalog.array_ndims(run_ats)),
+                 ('priorities', pg_catalog.cardinality(priorities), pg_catalog.array_ndims(priorities)),
+                 ('idempotency_keys', pg_catalog.cardinality(idempotency_keys), pg_catalog.array_ndims(idempotency_keys)),
+                 ('max_attempts', pg_catalog.cardinality(max_attempts), pg_catalog.array_ndims(max_attempts)),
+                 ('tenants', pg_catalog.cardinality(tenants), pg_catalog.array_ndims(tenants)),
+                 ('labels', pg_catalog.cardinality(labels), pg_catalog.array_ndims(labels)),
+                 ('depends_on', pg_catalog.cardinality(depends_on), pg_catalog.array_ndims(depends_on)),
+                 ('on_dependency_failure', pg_catalog.cardinality(on_dependency_failure),
+                  pg_catalog.array_ndims(on_dependency_failure)),
+                 ('timeouts', pg_catalog.cardinality(timeouts), pg_catalog.array_ndims(timeouts)),
+                 ('concurrency_keys', pg_catalog.cardinality(concurrency_keys),
+                  pg_catalog.array_ndims(concurrency_keys))) AS a(name, len, dims)
+    WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
+                v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
+    FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
+    WHERE u.task = 'pgsched.command';
+    -- Every row is checked, also those whose tenant is NULL.
+    FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
+                 FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord) GROUP BY u.tenant LOOP
+        BEGIN
+            PERFORM pgsched._check_tenant(v_bad.tenant);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: %', v_bad.ord, pg_catalog.substr(SQLERRM, 10)
+                USING ERRCODE = 'insufficient_privilege', COLUMN = 'tenant';
+        END;
+    END LOOP;
+    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
+    FROM pgsched.config c;
+    -- One set-based pass over the rules (_job_problem is inlined; labels,
+    -- JSON here, are checked as JSON); only the first bad row goes through
+    -- _check_job, which raises naming it.
+    SELECT u.ord, u.task, coalesce(u.queue, 'default') AS queue, coalesce(u.args, '{}') AS args,
+           coalesce(u.priority, 0) AS priority, coalesce(u.run_at, v_now) AS run_at, u.max_attempts, u.key,
+           u.labels, u.tenant,
+           u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")') AS labels_bad
+    INTO v_bad
+    FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels)
+         WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, ord)
+    WHERE (u.labels IS NOT NULL AND (pg_catalog.jsonb_typeof(u.labels) <> 'array'
+                                     OR u.labels @? '$[*] ? (@.type() != "string" || @ == "")'))
+       OR pgsched._job_problem(u.task, coalesce(u.queue, 'default'), coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                               coalesce(u.run_at, v_now), u.max_attempts, u.key, '{}', u.tenant) IS NOT NULL
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.labels_bad THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: labels % must be a JSON array of non-empty strings (jobs_labels_valid)',
+                    v_bad.ord, pgsched._shown(v_bad.labels::text)
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_labels_valid', COLUMN = 'labels',
+                      SCHEMA = 'pgsched', TABLE = 'jobs';
+        END IF;
+        PERFORM pgsched._check_job(v_bad.task, v_bad.queue, v_bad.args, v_bad.priority, v_bad.run_at,
+                                   v_bad.max_attempts, v_bad.key, '{}', v_bad.tenant, v_bad.ord);
+    END IF;
+    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
+    WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
+    IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
+        FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)
+        WHERE u.timeout <= interval '0' OR pg_catalog.length(u.ckey) NOT BETWEEN 1 AND 200;
+    END IF;
+
+    -- Set-based, the work the insert trigger does row by row for a plain
+    -- INSERT; the rows then go in naming their attempt, which the trigger
+    -- skips (30_triggers.sql).
+    -- Their default labels and claim order are stamped here too, as
+    -- tg_jobs__dispatch would (which skips a stamped row).
+
+    IF idempotency_keys IS NULL
+       OR NOT EXISTS (SELECT 1 FROM unnest(idempotency_keys) k WHERE k IS NOT NULL) THEN
+        -- No keys, nothing to deduplicate: one straight INSERT. Ids are drawn
+        -- after the sort by input order, so they grow in input order.
+        WITH inserted AS (
+            INSERT INTO pgsched.jobs AS j
+                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
+                 trace_context, timeout, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
+            SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
+                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
+                   CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
+                        THEN 'waiting'
+                        WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+                   coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
+                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
+                   CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
+                   enqueue_many.trace_context, u.timeout, u.ckey,
+                   CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
+                   CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
+                   CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
+                        ELSE coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging END
+            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
+                        concurrency_keys)
+                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, timeout,
+                                      ckey, ord)
+            CROSS JOIN LATERAL (SELECT CASE WHEN u.labels IS NULL THEN '{}'::text[]
+                                            ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels))
+                                       END AS labels) l
+            LEFT JOIN pgsched.tasks t ON t.name = u.task
+            LEFT JOIN pgsched.queues q ON q.name = coalesce(u.queue, 'default')
+            ORDER BY u.ord
+            RETURNING j.id, j.shard, j.queue, j.state
+        )
+        SELECT pg_catalog.array_agg(i.id ORDER BY i.id), pg_catalog.array_agg(i.shard ORDER BY i.id),
+               pg_catalog.array_agg(DISTINCT i.queue) FILTER (WHERE i.state = 'available'),
+               pg_catalog.bool_or(i.state = 'scheduled')
+        INTO v_ids, v_shard_list, v_queues, v_scheduled
+        FROM inserted i;
+        PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+        IF v_scheduled THEN
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        IF v_waits OR on_dependency_failure IS NOT NULL THEN
+            PERFORM pgsched._depend(v_ids, v_shard_list, depends_on, on_dependency_failure, v_now);
+        END IF;
+        RETURN QUERY SELECT x.o, x.id FROM unnest(v_ids) WITH ORDINALITY AS x(id, o);
+        RETURN;
+    END IF;
+
+    WITH numbered AS MATERIALIZED (
+        -- ids are drawn while the input is read in order, so they grow in
+        -- input order (a batch runs first-in, first-out)
+        SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey,
+               pg_catalog.nextval('pgsched.jobs_id_seq') AS id
+        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on,
+                    timeouts, concurrency_keys)
+             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, timeout,
+                                  ckey, ord)
+    ), input AS MATERIALIZED (
+        SELECT n.*,
+               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
+                    ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
+               END AS shard,
+               -- only the first row of a key in this batch is inserted
+               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key, n.tenant) AS first_of_key
+        FROM numbered n
+    ), taken AS (
+        -- Keys are taken in key order, so concurrent batches sharing keys
+        -- wait for each other instead of deadlocking. A key whose retention
+        -- ran out is free again.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now
+        FROM input i
+        WHERE i.key IS NOT NULL AND i.first_of_key
+        ORDER BY i.key
+        ON CONFLICT (key, tenant) DO UPDATE
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            WHERE k.expires_at < v_now
+        RETURNING k.job_id
+    ), inserted AS (
+        INSERT INTO pgsched.jobs AS j
+            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant,
+             labels, trace_context, timeout, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
+        SELECT i.id, i.shard,
+               CASE WHEN pg_catalog.jsonb_typeof(i.deps) <> 'array' OR pg_catalog.jsonb_array_length(i.deps) > 0
+                    THEN 'waiting'
+                    WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
+               i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
+               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
+               CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
+               enqueue_many.trace_context, i.timeout, i.ckey,
+               CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
+               CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
+               CASE WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
+        FROM input i
+        CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
+                                        ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))
+                                   END AS labels) l
+        LEFT JOIN pgsched.tasks t ON t.name = i.task
+        LEFT JOIN pgsched.queues q ON q.name = i.queue
+        WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
+        ORDER BY i.ord
+        RETURNING j.id, j.shard, j.queue, j.state
+    )
+    SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
+           pg_catalog.array_agg(ins.id ORDER BY i.ord),
+           pg_catalog.array_agg(ins.shard ORDER BY i.ord),
+           pg_catalog.array_agg(i.key ORDER BY i.ord),
+           pg_catalog.array_agg(i.tenant ORDER BY i.ord),
+           pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
+           pg_catalog.bool_or(ins.state = 'scheduled')
+    INTO v_ords, v_ids, v_shard_list, v_keys, v_tenants, v_queues, v_scheduled
+    FROM input i
+    LEFT JOIN inserted ins ON ins.id = i.id;
+
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
+    IF v_scheduled THEN
+        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+    END IF;
+
+    -- Rows whose key was taken: look the holder up in a new statement, whose
+    -- snapshot sees a concurrent enqueue of the same key that we waited for,
+    -- and refuse the batch if it holds other work (PS422, naming the row).
+    SELECT pg_catalog.array_agg(coalesce(x.id, pgsched._key_holder(x.k, u.task, u.args, x.o, x.t)) ORDER BY x.o)
+    INTO v_final
+    FROM unnest(v_ords, v_ids, v_keys, v_tenants) AS x(o, id, k, t)
+    JOIN unnest(tasks, args) WITH ORDINALITY AS u(task, args, n) ON u.n = x.o;
+    -- Dependencies of the rows inserted; a row that found its key held
+    -- adds none (the holder stands), and references to it mean the holder.
+    IF v_waits OR on_dependency_failure IS NOT NULL THEN
+        PERFORM pgsched._depend(v_final, v_shard_list,
+                                ARRAY(SELECT CASE WHEN x.id IS NOT NULL THEN x.d END
+                                      FROM unnest(v_ids, depends_on) WITH ORDINALITY AS x(id, d, o) ORDER BY x.o),
+                                on_dependency_failure, v_now);
+    END IF;
+    RETURN QUERY SELECT x.o, x.id FROM unnest(v_final) WITH ORDINALITY AS x(id, o);
+END
+$$;
+
+-- functions/enqueue_service.sql
+-- enqueue_service
+-- contract: enqueue() for a service job (jobs.service): one that runs until
+-- it is cancelled, has no timeout, and is started again on another worker
+-- when its worker dies (its lease expires; expiries never send it dead,
+-- see expire_leases). With an idempotency key, at most one such job is
+-- alive per key: a repeat while it is active returns its id and adds
+-- nothing; once it ended (cancelled, dead, or returned), the key is free
+-- and the next call starts a new one. Same parameters and checks as
+-- enqueue(); a plain INSERT INTO pgsched.jobs (..., service) VALUES (...,
+-- true) does the same without returning the holder of a repeated key.
+CREATE OR REPLACE FUNCTION pgsched.enqueue_service(
     task            text,
     args            jsonb       DEFAULT '{}',
     queue           text        DEFAULT 'default',
@@ -1219,200 +3613,49 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pg_catalog.now();
-    v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
-    v_shards integer;
+    v_run_at timestamptz := coalesce(enqueue_service.run_at, pg_catalog.now());
+    v_queue text := coalesce(enqueue_service.queue, 'default');
+    v_args jsonb := coalesce(enqueue_service.args, '{}');
     v_limit integer;
-    v_default_attempts integer;
+    v_max integer := enqueue_service.max_attempts;
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
-    v_queue text := coalesce(enqueue.queue, 'default');
-    v_max integer := enqueue.max_attempts;
 BEGIN
-    PERFORM pgsched._check_tenant(enqueue.tenant);
-    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
-    FROM pgsched.config c;
-    PERFORM pgsched._check_payload(enqueue.args, v_limit);
-    PERFORM pgsched._check_labels(enqueue.labels);
-    IF v_max IS NULL THEN
-        SELECT t.max_attempts INTO v_max FROM pgsched.tasks t WHERE t.name = enqueue.task;
-        v_max := coalesce(v_max, v_default_attempts);
-    END IF;
+    PERFORM pgsched._check_tenant(enqueue_service.tenant);
+    PERFORM pgsched._check_command_task(enqueue_service.task, 'enqueue_service()');
+    PERFORM pgsched._check_job(enqueue_service.task, v_queue, v_args, coalesce(enqueue_service.priority, 0), v_run_at,
+                               v_max, enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'),
+                               enqueue_service.tenant);
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts)
+    INTO v_limit, v_max
+    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = enqueue_service.task;
+    PERFORM pgsched._check_payload(v_args, v_limit);
 
-    IF enqueue.idempotency_key IS NULL THEN
-        v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
+    IF enqueue_service.idempotency_key IS NULL THEN
+        v_shard := pgsched._random_shard();
     ELSE
-        v_shard := ((pg_catalog.hashtextextended(enqueue.idempotency_key, 0) % v_shards + v_shards) % v_shards)::smallint;
-        -- The key row is the lock: a concurrent enqueue of the same key waits
-        -- here for the first one's commit, then sees the conflict. A key whose
-        -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        VALUES (enqueue.idempotency_key, v_id, v_shard, v_now)
-        ON CONFLICT (key) DO UPDATE
+        v_shard := pgsched._shard_for_key(enqueue_service.idempotency_key);
+        -- As in enqueue(): the key row is the lock; a repeat returns the holder.
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (enqueue_service.idempotency_key, enqueue_service.tenant, v_id, v_shard, v_now)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
             SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
             WHERE k.expires_at < v_now;
         IF NOT FOUND THEN
-            -- A new statement: its snapshot sees the holder we waited for.
-            RETURN (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = enqueue.idempotency_key);
+            RETURN pgsched._key_holder(enqueue_service.idempotency_key, enqueue_service.task, v_args, NULL,
+                                       enqueue_service.tenant);
         END IF;
     END IF;
 
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
     INSERT INTO pgsched.jobs
-        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant)
+        (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
+         service)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-            v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0, v_max,
-            enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
-
-    IF v_run_at <= v_now THEN
-        PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
-    ELSE
-        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
-    END IF;
+            v_queue, enqueue_service.task, v_args, coalesce(enqueue_service.priority, 0), v_run_at, 0, v_max,
+            enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'), enqueue_service.tenant, true);
+    PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
+                                 CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);
     RETURN v_id;
-END
-$$;
-
--- functions/enqueue_many.sql
--- enqueue_many
--- contract: enqueue() for many jobs in one statement; returns one id per input
--- row, in input order (for a repeated idempotency key, the holder's id; rows
--- repeating a key within the batch get the first row's job). Arrays are
--- parallel; a NULL array, or a NULL element, means the default.
-CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
-    tasks            text[],
-    args             jsonb[]       DEFAULT NULL,
-    queues           text[]        DEFAULT NULL,
-    run_ats          timestamptz[] DEFAULT NULL,
-    priorities       integer[]     DEFAULT NULL,
-    idempotency_keys text[]        DEFAULT NULL,
-    max_attempts     integer[]     DEFAULT NULL,
-    tenants          text[]        DEFAULT NULL
-)
-RETURNS TABLE (ord bigint, job_id bigint)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pgsched, pg_temp
-AS $$
-DECLARE
-    v_now timestamptz := pg_catalog.now();
-    v_shards integer;
-    v_limit integer;
-    v_default_attempts integer;
-    v_ords bigint[];
-    v_ids bigint[];
-    v_keys text[];
-    v_queues text[];
-    v_scheduled boolean;
-BEGIN
-    IF tasks IS NULL OR pg_catalog.cardinality(tasks) = 0 THEN
-        RETURN;
-    END IF;
-    -- Every row is checked, also those whose tenant is missing or NULL.
-    PERFORM pgsched._check_tenant(x.tenant)
-    FROM (SELECT DISTINCT u.tenant FROM unnest(tasks, tenants) AS u(task, tenant)) x;
-    SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
-    FROM pgsched.config c;
-    PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n);
-
-    -- Set-based, the work the insert trigger does row by row for a plain
-    -- INSERT; the rows then go in as a trusted writer the trigger skips.
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', 'on', true);
-
-    IF idempotency_keys IS NULL
-       OR NOT EXISTS (SELECT 1 FROM unnest(idempotency_keys) k WHERE k IS NOT NULL) THEN
-        -- No keys, nothing to deduplicate: one straight INSERT. Ids are drawn
-        -- after the sort by input order, so they grow in input order.
-        WITH inserted AS (
-            INSERT INTO pgsched.jobs AS j
-                (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant)
-            SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
-                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
-                   CASE WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-                   coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
-                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant
-            FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants)
-                 WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, ord)
-            LEFT JOIN pgsched.tasks t ON t.name = u.task
-            ORDER BY u.ord
-            RETURNING j.id, j.queue, j.state
-        )
-        SELECT pg_catalog.array_agg(i.id ORDER BY i.id),
-               pg_catalog.array_agg(DISTINCT i.queue) FILTER (WHERE i.state = 'available'),
-               pg_catalog.bool_or(i.state = 'scheduled')
-        INTO v_ids, v_queues, v_scheduled
-        FROM inserted i;
-        PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
-        PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
-        IF v_scheduled THEN
-            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
-        END IF;
-        RETURN QUERY SELECT x.o, x.id FROM unnest(v_ids) WITH ORDINALITY AS x(id, o);
-        RETURN;
-    END IF;
-
-    WITH numbered AS MATERIALIZED (
-        -- ids are drawn while the input is read in order, so they grow in
-        -- input order (a batch runs first-in, first-out)
-        SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant,
-               pg_catalog.nextval('pgsched.jobs_id_seq') AS id
-        FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants)
-             WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, ord)
-    ), input AS MATERIALIZED (
-        SELECT n.*,
-               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
-                    ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
-               END AS shard,
-               -- only the first row of a key in this batch is inserted
-               n.key IS NULL OR n.ord = pg_catalog.min(n.ord) OVER (PARTITION BY n.key) AS first_of_key
-        FROM numbered n
-    ), taken AS (
-        -- Keys are taken in key order, so concurrent batches sharing keys
-        -- wait for each other instead of deadlocking. A key whose retention
-        -- ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        SELECT i.key, i.id, i.shard, v_now
-        FROM input i
-        WHERE i.key IS NOT NULL AND i.first_of_key
-        ORDER BY i.key
-        ON CONFLICT (key) DO UPDATE
-            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
-            WHERE k.expires_at < v_now
-        RETURNING k.job_id
-    ), inserted AS (
-        INSERT INTO pgsched.jobs AS j
-            (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, tenant)
-        SELECT i.id, i.shard,
-               CASE WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-               i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
-               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant
-        FROM input i
-        LEFT JOIN pgsched.tasks t ON t.name = i.task
-        WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
-        ORDER BY i.ord
-        RETURNING j.id, j.queue, j.state
-    )
-    SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord),
-           pg_catalog.array_agg(ins.id ORDER BY i.ord),
-           pg_catalog.array_agg(i.key ORDER BY i.ord),
-           pg_catalog.array_agg(DISTINCT ins.queue) FILTER (WHERE ins.state = 'available'),
-           pg_catalog.bool_or(ins.state = 'scheduled')
-    INTO v_ords, v_ids, v_keys, v_queues, v_scheduled
-    FROM input i
-    LEFT JOIN inserted ins ON ins.id = i.id;
-    PERFORM pg_catalog.set_config('pgsched.trusted_insert', '', true);
-
-    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
-    IF v_scheduled THEN
-        PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
-    END IF;
-
-    -- Rows whose key was taken: look the holder up in a new statement, whose
-    -- snapshot sees a concurrent enqueue of the same key that we waited for.
-    RETURN QUERY
-    SELECT x.o, coalesce(x.id, (SELECT k.job_id FROM pgsched.idempotency_keys k WHERE k.key = x.k))
-    FROM unnest(v_ords, v_ids, v_keys) AS x(o, id, k)
-    ORDER BY x.o;
 END
 $$;
 
@@ -1423,10 +3666,13 @@ $$;
 -- come before newer work, and their start lag shows the time lost), or to 'dead' when their
 -- attempts are used up, or to 'cancelled' when cancellation was requested,
 -- each with a 'lease_expired' event naming the worker and token that lost
--- the lease. Candidates are locked with SKIP LOCKED and every write re-checks
+-- the lease. A service job (jobs.service) always goes back to 'available',
+-- its attempt given back, so expiries never send it dead. Candidates are locked with SKIP LOCKED and every write re-checks
 -- the token, the state and the expiry, so a completion racing the expiry
 -- wins cleanly and a stale read never overwrites a newer claim. Returns the
 -- number of jobs handled (at most p_limit; call again while it is p_limit).
+-- Runs past their deadline (deadline_at + config.timeout_grace) are failed
+-- too, even while their heartbeats continue (see _fail_overdue).
 CREATE OR REPLACE FUNCTION pgsched.expire_leases(
     p_now   timestamptz DEFAULT NULL,
     p_limit integer     DEFAULT 1000,
@@ -1437,7 +3683,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_requeued text[];
     v_finished integer;
     v_count integer;
@@ -1457,18 +3703,28 @@ BEGIN
         UPDATE pgsched.jobs j
         SET state = 'available',
             lease_token = NULL, leased_by = NULL, lease_expires_at = NULL,
+            -- A service's lost lease does not use up an attempt: it is restarted, never sent dead.
+            max_attempts = CASE WHEN j.service THEN least(j.max_attempts::bigint + 1, 1000000)::integer
+                                ELSE j.max_attempts END,
             last_error = pg_catalog.format('lease expired at %s (worker %s)', e.lease_expires_at, e.leased_by)
         FROM expired e
         WHERE j.id = e.id AND j.shard = e.shard AND j.lease_token = e.lease_token
           AND j.state = 'running' AND j.lease_expires_at < v_now
-          AND j.attempt < j.max_attempts AND j.cancel_requested_at IS NULL
-        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at
+          AND (j.attempt < j.max_attempts OR j.service) AND j.cancel_requested_at IS NULL
+        RETURNING j.id, j.queue, j.attempt, e.leased_by, e.lease_token, e.lease_expires_at, j.claimed_at
     ), audit AS (
+        -- the attempt's claim (not recorded while it ran: job_timeline), then its expiry
         INSERT INTO pgsched.job_events (job_id, at, kind, attempt, worker, token, detail)
-        SELECT r.id, v_now, 'lease_expired', r.attempt, r.leased_by, r.lease_token,
-               pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available')
-        FROM requeued r, pgsched.config c
-        WHERE c.audit
+        SELECT r.id, ev.at, ev.kind, r.attempt, r.leased_by, r.lease_token, ev.detail
+        FROM requeued r
+        CROSS JOIN pgsched.config c
+        CROSS JOIN LATERAL (VALUES
+            (1, r.claimed_at, 'claimed', NULL::jsonb),
+            (2, v_now, 'lease_expired',
+             pg_catalog.jsonb_build_object('lease_expires_at', r.lease_expires_at, 'outcome', 'available'))
+        ) AS ev(step, at, kind, detail)
+        WHERE c.audit AND ev.at IS NOT NULL
+        ORDER BY r.id, ev.step
     )
     SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue)
     INTO v_count, v_requeued
@@ -1483,7 +3739,7 @@ BEGIN
         SELECT j.id, j.shard, j.lease_token
         FROM pgsched.jobs j
         WHERE j.state = 'running' AND j.lease_expires_at < v_now
-          AND (j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+          AND ((j.attempt >= j.max_attempts AND NOT j.service) OR j.cancel_requested_at IS NOT NULL)
           AND (p_shard IS NULL OR j.shard = p_shard)
         ORDER BY j.id
         LIMIT p_limit
@@ -1510,7 +3766,7 @@ BEGIN
         END IF;
     END LOOP;
 
-    RETURN v_count + v_finished;
+    RETURN v_count + v_finished + pgsched._fail_overdue(p_now, p_limit, p_shard);
 END
 $$;
 
@@ -1520,7 +3776,9 @@ $$;
 -- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
 -- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
 -- 'cancelled' (cancellation had been requested). A stale token changes
--- nothing and returns 'lease_lost'.
+-- nothing and returns 'lease_lost'. A result (a command's exit code and
+-- output) is kept with the failed attempt's event, and in the history row
+-- when the job ends here.
 --
 -- Each branch is one fenced statement (token and state in its WHERE). The
 -- retry branch runs first and excludes cancel-requested jobs; if a cancel
@@ -1531,16 +3789,18 @@ CREATE OR REPLACE FUNCTION pgsched.fail(
     error    text,
     retry_at timestamptz DEFAULT NULL,
     final    boolean     DEFAULT false,
-    p_now    timestamptz DEFAULT NULL
+    p_now    timestamptz DEFAULT NULL,
+    result   jsonb       DEFAULT NULL
 )
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     UPDATE pgsched.jobs j
     SET run_at = v.run_at,
@@ -1552,17 +3812,22 @@ BEGIN
                coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
         FROM pgsched.jobs j2
         WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
+          AND (v_scope IS NULL OR j2.tenant = v_scope)
     ) v
     WHERE j.id = v.id AND j.shard = v.shard
       AND j.lease_token = fail.token AND j.state = 'running'
       AND NOT coalesce(fail.final, false)
       AND j.attempt < j.max_attempts
       AND j.cancel_requested_at IS NULL
-    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by
-    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by;
+    RETURNING j.state, j.attempt, j.queue, j.run_at, v.leased_by, j.claimed_at
+    INTO v_state, v_job.attempt, v_job.queue, v_job.run_at, v_job.leased_by, v_job.claimed_at;
     IF FOUND THEN
+        -- the attempt did not complete: its claim is recorded now (job_timeline)
+        PERFORM pgsched._event(fail.job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_job.leased_by, fail.token)
+        WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(fail.job_id, v_now, 'failed', v_job.attempt, v_job.leased_by, fail.token,
-            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at));
+            pg_catalog.jsonb_build_object('error', fail.error, 'retry_at', v_job.run_at)
+            || CASE WHEN fail.result IS NULL THEN '{}' ELSE pg_catalog.jsonb_build_object('result', fail.result) END);
         IF v_state = 'available' THEN
             PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
         ELSE
@@ -1573,15 +3838,91 @@ BEGIN
 
     DELETE FROM pgsched.jobs j
     WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND (v_scope IS NULL OR j.tenant = v_scope)
       AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
     RETURNING j.* INTO v_job;
     IF FOUND THEN
         v_state := CASE WHEN v_job.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END;
-        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error);
+        PERFORM pgsched._finish(v_job, v_state, v_now, fail.error, fail.result);
         RETURN v_state::text;
     END IF;
     RETURN 'lease_lost';
 END
+$$;
+
+-- functions/find_jobs.sql
+-- find_jobs
+-- contract: the jobs, active or finished, matching every filter given (NULL:
+-- any), newest id first: the task (exact, or a prefix ending in '*'), states,
+-- queue, tenant, args containing p_args (jsonb @>), and a time range
+-- [p_since, p_until) on when the job was enqueued (p_time 'created', the
+-- default), became due ('due') or finished ('finished': finished jobs only).
+-- A finished job appears once, as its latest run, and not at all while a
+-- redrive of it is active. Keyset pagination: p_before is the last id of the
+-- previous page; p_max_id bounds the set (so a confirmed bulk action touches
+-- only the jobs that were there). Runs with the caller's rights: row-level
+-- security confines a tenant-bound session to its tenant.
+CREATE OR REPLACE FUNCTION pgsched.find_jobs(
+    p_task   text        DEFAULT NULL,
+    p_states text[]      DEFAULT NULL,
+    p_queue  text        DEFAULT NULL,
+    p_tenant text        DEFAULT NULL,
+    p_args   jsonb       DEFAULT NULL,
+    p_since  timestamptz DEFAULT NULL,
+    p_until  timestamptz DEFAULT NULL,
+    p_time   text        DEFAULT 'created',
+    p_before bigint      DEFAULT NULL,
+    p_max_id bigint      DEFAULT NULL,
+    p_limit  integer     DEFAULT 50
+)
+RETURNS TABLE (id bigint, queue text, state text, task text, args jsonb, priority integer, attempt integer,
+               max_attempts integer, run_at timestamptz, worker text, error text, tenant text,
+               created_at timestamptz, finished_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH active AS (
+        SELECT j.id, j.queue, j.state::text AS state, j.task, j.args, j.priority, j.attempt, j.max_attempts,
+               j.run_at, j.leased_by AS worker, j.last_error AS error, j.tenant, j.created_at,
+               NULL::timestamptz AS finished_at
+        FROM pgsched.jobs j
+        WHERE (p_task IS NULL OR j.task = p_task
+               OR (right(p_task, 1) = '*' AND starts_with(j.task, rtrim(p_task, '*'))))
+          AND (p_states IS NULL OR j.state::text = ANY(p_states))
+          AND (p_queue IS NULL OR j.queue = p_queue)
+          AND (p_tenant IS NULL OR j.tenant = p_tenant)
+          AND (p_args IS NULL OR j.args @> p_args)
+          AND (p_since IS NULL AND p_until IS NULL OR p_time IS DISTINCT FROM 'finished')
+          AND (p_since IS NULL OR CASE p_time WHEN 'due' THEN j.run_at ELSE j.created_at END >= p_since)
+          AND (p_until IS NULL OR CASE p_time WHEN 'due' THEN j.run_at ELSE j.created_at END < p_until)
+          AND (p_before IS NULL OR j.id < p_before)
+          AND (p_max_id IS NULL OR j.id <= p_max_id)
+        ORDER BY j.id DESC
+        LIMIT p_limit
+    ), finished AS (
+        SELECT h.id, h.queue, h.state::text AS state, h.task, h.args, h.priority, h.attempt, h.max_attempts,
+               h.run_at, h.leased_by AS worker, h.error, h.tenant, h.created_at, h.finished_at
+        FROM pgsched.job_history h
+        WHERE (p_task IS NULL OR h.task = p_task
+               OR (right(p_task, 1) = '*' AND starts_with(h.task, rtrim(p_task, '*'))))
+          AND (p_states IS NULL OR h.state::text = ANY(p_states))
+          AND (p_queue IS NULL OR h.queue = p_queue)
+          AND (p_tenant IS NULL OR h.tenant = p_tenant)
+          AND (p_args IS NULL OR h.args @> p_args)
+          AND (p_since IS NULL OR CASE p_time WHEN 'due' THEN h.run_at WHEN 'finished' THEN h.finished_at
+                                  ELSE h.created_at END >= p_since)
+          AND (p_until IS NULL OR CASE p_time WHEN 'due' THEN h.run_at WHEN 'finished' THEN h.finished_at
+                                  ELSE h.created_at END < p_until)
+          AND (p_before IS NULL OR h.id < p_before)
+          AND (p_max_id IS NULL OR h.id <= p_max_id)
+          AND NOT EXISTS (SELECT 1 FROM pgsched.job_history n WHERE n.id = h.id AND n.finished_at > h.finished_at)
+          AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = h.id)
+        ORDER BY h.id DESC
+        LIMIT p_limit
+    )
+    SELECT * FROM (SELECT * FROM active UNION ALL SELECT * FROM finished) found
+    ORDER BY found.id DESC
+    LIMIT p_limit
 $$;
 
 -- functions/heartbeat.sql
@@ -1608,7 +3949,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._tenant_scope();
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
         UPDATE pgsched.workers w
@@ -1623,12 +3965,12 @@ BEGIN
         SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running'
+        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running'
+        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
         UPDATE pgsched.jobs j
@@ -1649,7 +3991,7 @@ $$;
 -- contract: the housekeeping that keeps tables small and bounded, safe to run
 -- from any number of processes at once (they take turns on a
 -- transaction-scoped advisory lock, so it also works through PgBouncer):
--- creates day partitions of job_history and job_events from yesterday to
+-- creates day partitions of job_history, job_events and queue_minutes from yesterday to
 -- partitions_ahead days ahead, and for any day whose rows wait in a default
 -- partition; drops the partitions older than their retention; forgets
 -- idempotency keys whose retention ran out and workers unseen for a day.
@@ -1660,7 +4002,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_today date := (v_now AT TIME ZONE 'UTC')::date;
     v_config pgsched.config;
     v_created integer := 0;
@@ -1687,10 +4029,14 @@ BEGIN
     FOR v_day IN SELECT DISTINCT (e.at AT TIME ZONE 'UTC')::date FROM pgsched.job_events_default e LOOP
         IF pgsched._ensure_day_partition('job_events', v_day) THEN v_created := v_created + 1; END IF;
     END LOOP;
+    FOR v_day IN SELECT DISTINCT (m.minute AT TIME ZONE 'UTC')::date FROM pgsched.queue_minutes_default m LOOP
+        IF pgsched._ensure_day_partition('queue_minutes', v_day) THEN v_created := v_created + 1; END IF;
+    END LOOP;
 
     FOR d IN -1 .. v_config.partitions_ahead LOOP
         IF pgsched._ensure_day_partition('job_history', v_today + d) THEN v_created := v_created + 1; END IF;
         IF pgsched._ensure_day_partition('job_events', v_today + d) THEN v_created := v_created + 1; END IF;
+        IF pgsched._ensure_day_partition('queue_minutes', v_today + d) THEN v_created := v_created + 1; END IF;
     END LOOP;
 
     -- A partition goes when its whole day is older than the retention.
@@ -1701,10 +4047,11 @@ BEGIN
         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
         JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
         JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
-        WHERE n.nspname = 'pgsched' AND p.relname IN ('job_history', 'job_events')
+        WHERE n.nspname = 'pgsched' AND p.relname IN ('job_history', 'job_events', 'queue_minutes')
           AND c.relname ~ '_p[0-9]{8}$'
     LOOP
         v_retention := CASE v_part.parent WHEN 'job_history' THEN v_config.history_retention
+                                          WHEN 'queue_minutes' THEN v_config.queue_history_retention
                                           ELSE v_config.events_retention END;
         IF ((v_part.day + 1)::timestamp AT TIME ZONE 'UTC') <= v_now - v_retention THEN
             -- Dropping a partition locks its parent for a moment; never queue
@@ -1723,8 +4070,8 @@ BEGIN
 
     WITH gone AS (
         DELETE FROM pgsched.idempotency_keys k
-        WHERE k.key IN (SELECT k2.key FROM pgsched.idempotency_keys k2
-                        WHERE k2.expires_at < v_now LIMIT 50000)
+        WHERE (k.key, k.job_id) IN (SELECT k2.key, k2.job_id FROM pgsched.idempotency_keys k2
+                                    WHERE k2.expires_at < v_now LIMIT 50000)
         RETURNING 1
     )
     SELECT pg_catalog.count(*) INTO v_keys FROM gone;
@@ -1756,15 +4103,53 @@ BEGIN
 END
 $$;
 
+-- functions/next_start.sql
+-- next_start
+-- contract: when every one of `queues` (paused ones aside) is at its rate
+-- limit, the moment the first of them may start a job again (its oldest
+-- start in the window plus rate_period); NULL as soon as one of them has no
+-- rate limit or room under it. A worker whose claim came back short sleeps
+-- until then instead of claiming again in vain (per-key rates are not
+-- counted: other keys may still start).
+CREATE OR REPLACE FUNCTION pgsched.next_start(queues text[], p_now timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_next timestamptz;
+    v_open boolean;
+BEGIN
+    SELECT pg_catalog.bool_or(f.next IS NULL), pg_catalog.min(f.next) INTO v_open, v_next
+    FROM unnest(next_start.queues) u(name)
+    LEFT JOIN pgsched.queues q ON q.name = u.name
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN q.rate IS NULL OR pg_catalog.cardinality(s.kept) < q.rate THEN NULL
+                    ELSE s.kept[1] + q.rate_period END AS next
+        FROM (SELECT ARRAY(SELECT t FROM pgsched.rate_windows w, unnest(w.starts) t
+                           WHERE w.queue = q.name AND w.rate_key = '' AND t > v_now - q.rate_period
+                           ORDER BY t) AS kept) s
+    ) f
+    WHERE q.paused IS NOT TRUE;
+    IF v_open IS NOT FALSE THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_next;
+END
+$$;
+
 -- functions/pause_queue.sql
 -- pause_queue
 -- contract: stops claims from a queue (jobs can still be enqueued) until
 -- resume_queue(); takes effect at each worker's next claim. Returns true.
+-- Refused for a session confined to a tenant.
 CREATE OR REPLACE FUNCTION pgsched.pause_queue(queue text)
 RETURNS boolean
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+    SELECT pgsched._check_unconfined('pause a queue (queues are shared by every tenant)');
     INSERT INTO pgsched.queues AS q (name, paused, updated_at)
     VALUES (pause_queue.queue, true, pg_catalog.now())
     ON CONFLICT (name) DO UPDATE SET paused = true, updated_at = EXCLUDED.updated_at
@@ -1775,14 +4160,16 @@ $$;
 -- pause_schedule
 -- contract: stops a schedule from firing (its not-yet-due occurrences are
 -- withdrawn at the next scan) until resume_schedule(). Returns whether the
--- schedule exists.
+-- schedule exists (for a session confined to a tenant: one of its tenant).
 CREATE OR REPLACE FUNCTION pgsched.pause_schedule(name text)
 RETURNS boolean
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
     WITH changed AS (
-        UPDATE pgsched.schedules s SET enabled = false WHERE s.name = pause_schedule.name RETURNING 1
+        UPDATE pgsched.schedules s SET enabled = false
+        WHERE s.name = pause_schedule.name AND pgsched._tenant_visible(s.tenant)
+        RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM changed)
 $$;
@@ -1794,15 +4181,24 @@ $$;
 -- scheduled index, so a backlog of far-future jobs costs nothing. Returns the
 -- number promoted (at most p_limit; call again while it is p_limit).
 --
--- Occurrences of recurring schedules pass through the schedule's concurrency
--- policy when the previous run of the same schedule is still queued or
--- running: 'allow' promotes anyway, 'skip' cancels this occurrence, 'queue'
--- keeps one occurrence waiting (re-checked every second) and skips the rest,
--- 'replace' cancels the previous run and promotes this one. An occurrence
--- later than the schedule's misfire_grace (nothing ran to promote it in
--- time) first meets the misfire policy: 'skip' drops it, 'latest' drops it
--- when a later occurrence is also due, 'all' drops it only beyond
--- misfire_cap due occurrences. Each decision is recorded in
+-- Occurrences of recurring schedules (docs/schedules.md) first meet the
+-- misfire policy when they are missed (due more than misfire_grace ago, as
+-- nothing promoted them in time): 'skip' drops every missed one, 'latest'
+-- keeps the most recent missed one, 'all' the misfire_cap most recent missed
+-- ones; on-time occurrences never count against the cap and are never
+-- dropped by it. A missed occurrence is decided once (its occurrence row says
+-- 'misfire_fired' or 'skipped_misfire'), and, while the schedule is enabled,
+-- not before it is expanded up to now, so the policy sees the whole missed
+-- window. Then the
+-- concurrency policy, when another run of the schedule is queued or running:
+-- 'allow' promotes anyway; under 'skip', 'queue' and 'replace' the catch-up
+-- runs ('misfire_fired') go one after another, each waiting for the previous
+-- one, and are never skipped or replaced; the first on-time occurrence due
+-- during catch-up waits behind it ('queued') and runs next. Otherwise 'skip'
+-- cancels the occurrence, 'queue' keeps one occurrence waiting and skips the
+-- rest, 'replace' cancels the previous run and promotes this one. A waiting
+-- occurrence keeps its run_at (its fire time, ctx.scheduled_at) and is looked
+-- at again at every call. Each decision is recorded in
 -- pgsched.schedule_occurrences.
 CREATE OR REPLACE FUNCTION pgsched.promote_due(
     p_now   timestamptz DEFAULT NULL,
@@ -1814,7 +4210,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_count integer;
     v_queues text[];
     v_occ record;
@@ -1825,6 +4221,8 @@ DECLARE
     v_busy boolean;
     v_job pgsched.jobs;
     v_prev record;
+    v_decision text;
+    v_waiting text[] := '{}';
 BEGIN
     WITH due AS MATERIALIZED (
         SELECT j.id, j.shard
@@ -1855,33 +4253,51 @@ BEGIN
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     LOOP
-        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace INTO v_sched
+        -- A later occurrence of a schedule already found waiting waits too (catch-up, or queued).
+        SELECT o.decision INTO v_decision FROM pgsched.schedule_occurrences o
+        WHERE o.schedule = v_occ.schedule AND o.fire_at = v_occ.run_at AND o.job_id = v_occ.id;
+        IF v_occ.schedule = ANY(v_waiting) AND v_decision IN ('misfire_fired', 'queued') THEN
+            CONTINUE;
+        END IF;
+        SELECT s.concurrency, s.misfire_policy, s.misfire_cap, s.misfire_grace, s.expanded_until, s.enabled
+        INTO v_sched
         FROM pgsched.schedules s WHERE s.name = v_occ.schedule;
         v_policy := coalesce(v_sched.concurrency, 'allow');
 
-        v_skip := NULL;
-        IF v_sched.misfire_grace IS NOT NULL AND v_occ.run_at < v_now - v_sched.misfire_grace THEN
-            SELECT pg_catalog.count(*) INTO v_later FROM pgsched.jobs w
-            WHERE w.schedule = v_occ.schedule AND w.state = 'scheduled' AND w.run_at <= v_now
-              AND (w.run_at, w.id) > (v_occ.run_at, v_occ.id);
+        IF v_decision = 'fire' AND v_occ.run_at < v_now - v_sched.misfire_grace THEN
+            IF v_sched.enabled AND (v_sched.expanded_until IS NULL OR v_sched.expanded_until < v_now) THEN
+                CONTINUE;  -- not expanded up to now: decide once the whole missed window is known
+            END IF;
+            -- Later missed occurrences still to run (on-time or queued ones do not count).
+            SELECT pg_catalog.count(*) INTO v_later
+            FROM pgsched.jobs w
+            JOIN pgsched.schedule_occurrences o
+              ON o.schedule = w.schedule AND o.fire_at = w.run_at AND o.job_id = w.id
+            WHERE w.schedule = v_occ.schedule AND w.state IN ('scheduled', 'available', 'running')
+              AND w.run_at < v_now - v_sched.misfire_grace AND (w.run_at, w.id) > (v_occ.run_at, v_occ.id)
+              AND o.decision IN ('fire', 'misfire_fired');
             IF v_sched.misfire_policy = 'skip'
                OR (v_sched.misfire_policy = 'latest' AND v_later > 0)
                OR (v_sched.misfire_policy = 'all' AND v_later >= v_sched.misfire_cap) THEN
                 v_skip := pg_catalog.format('misfire policy %s: due at %s, missed by more than %s',
                                             v_sched.misfire_policy, v_occ.run_at, v_sched.misfire_grace);
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'skipped: ' || v_skip);
+                    UPDATE pgsched.schedule_occurrences o
+                    SET decision = 'skipped_misfire', decided_at = v_now, reason = v_skip
+                    WHERE o.schedule = v_occ.schedule AND o.fire_at = v_occ.run_at AND o.job_id = v_occ.id;
+                END IF;
+                CONTINUE;
             END IF;
-        END IF;
-        IF v_skip IS NOT NULL THEN
-            DELETE FROM pgsched.jobs j
-            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
-            RETURNING j.* INTO v_job;
-            IF FOUND THEN
-                PERFORM pgsched._finish(v_job, 'cancelled', v_now, 'skipped: ' || v_skip);
-                UPDATE pgsched.schedule_occurrences o
-                SET decision = 'skipped_misfire', decided_at = v_now, reason = v_skip
-                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
-            END IF;
-            CONTINUE;
+            v_decision := 'misfire_fired';
+            UPDATE pgsched.schedule_occurrences o
+            SET decision = 'misfire_fired', decided_at = v_now,
+                reason = pg_catalog.format('missed (due %s, nothing promoted it in time); misfire policy %s',
+                                           v_occ.run_at, v_sched.misfire_policy)
+            WHERE o.schedule = v_occ.schedule AND o.fire_at = v_occ.run_at AND o.job_id = v_occ.id;
         END IF;
 
         v_busy := v_policy <> 'allow' AND EXISTS (
@@ -1893,31 +4309,54 @@ BEGIN
             WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
             v_queues := pg_catalog.array_append(v_queues, v_occ.queue);
             v_count := v_count + 1;
-        ELSIF v_policy = 'skip'
-           OR (v_policy = 'queue' AND EXISTS (
+        ELSIF v_decision IN ('misfire_fired', 'queued') THEN
+            -- Catch-up goes one run after another; a queued occurrence waits its turn.
+            v_waiting := pg_catalog.array_append(v_waiting, v_occ.schedule);
+        ELSIF v_policy = 'queue' OR EXISTS (
                 SELECT 1 FROM pgsched.jobs w
-                WHERE w.schedule = v_occ.schedule AND w.state = 'scheduled' AND w.id < v_occ.id
-                  AND w.run_at <= v_now + interval '1 second')) THEN
+                JOIN pgsched.schedule_occurrences o
+                  ON o.schedule = w.schedule AND o.fire_at = w.run_at AND o.job_id = w.id
+                WHERE w.schedule = v_occ.schedule AND w.id <> v_occ.id
+                  AND w.state IN ('scheduled', 'available', 'running') AND o.decision = 'misfire_fired') THEN
+            -- Queue, or catch-up in progress: one occurrence waits, the others are skipped.
+            IF EXISTS (
+                SELECT 1 FROM pgsched.jobs w
+                JOIN pgsched.schedule_occurrences o
+                  ON o.schedule = w.schedule AND o.fire_at = w.run_at AND o.job_id = w.id
+                WHERE w.schedule = v_occ.schedule AND w.id <> v_occ.id AND w.state = 'scheduled'
+                  AND o.decision = 'queued') THEN
+                DELETE FROM pgsched.jobs j
+                WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
+                RETURNING j.* INTO v_job;
+                IF FOUND THEN
+                    PERFORM pgsched._finish(v_job, 'cancelled', v_now,
+                        'skipped: one occurrence of this schedule is already queued');
+                    UPDATE pgsched.schedule_occurrences o
+                    SET decision = 'skipped_overlap', decided_at = v_now,
+                        reason = pg_catalog.format('concurrency policy %s: another occurrence is already waiting',
+                                                   v_policy)
+                    WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+                END IF;
+            ELSE
+                UPDATE pgsched.schedule_occurrences o
+                SET decision = 'queued', decided_at = v_now,
+                    reason = pg_catalog.format('concurrency policy %s: waiting for the previous run%s', v_policy,
+                                               CASE WHEN v_policy = 'queue' THEN '' ELSE ' (catch-up in progress)' END)
+                WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
+                v_waiting := pg_catalog.array_append(v_waiting, v_occ.schedule);
+            END IF;
+        ELSIF v_policy = 'skip' THEN
             DELETE FROM pgsched.jobs j
             WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled'
             RETURNING j.* INTO v_job;
             IF FOUND THEN
                 PERFORM pgsched._finish(v_job, 'cancelled', v_now,
-                    CASE v_policy WHEN 'skip' THEN 'skipped: the previous run of this schedule was still going'
-                                  ELSE 'skipped: one occurrence of this schedule is already queued' END);
+                    'skipped: the previous run of this schedule was still going');
                 UPDATE pgsched.schedule_occurrences o
                 SET decision = 'skipped_overlap', decided_at = v_now,
-                    reason = pg_catalog.format('concurrency policy %s: previous run still going', v_policy)
+                    reason = 'concurrency policy skip: previous run still going'
                 WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id;
             END IF;
-        ELSIF v_policy = 'queue' THEN
-            -- Wait for the previous run; look again in a second (no busy loop).
-            UPDATE pgsched.jobs j SET run_at = v_now + interval '1 second'
-            WHERE j.id = v_occ.id AND j.shard = v_occ.shard AND j.state = 'scheduled';
-            UPDATE pgsched.schedule_occurrences o
-            SET decision = 'queued', decided_at = v_now,
-                reason = 'concurrency policy queue: waiting for the previous run'
-            WHERE o.schedule = v_occ.schedule AND o.job_id = v_occ.id AND o.decision <> 'queued';
         ELSE  -- replace
             FOR v_prev IN
                 SELECT o.id, o.shard FROM pgsched.jobs o
@@ -1932,7 +4371,13 @@ BEGIN
                     PERFORM pgsched._finish(v_job, 'cancelled', v_now, pg_catalog.format(
                         'replaced by the occurrence due at %s (concurrency policy replace)', v_occ.run_at));
                 ELSE
-                    PERFORM pgsched.cancel(v_prev.id, v_now);
+                    UPDATE pgsched.jobs j SET cancel_requested_at = coalesce(j.cancel_requested_at, v_now)
+                    WHERE j.id = v_prev.id AND j.shard = v_prev.shard AND j.state = 'running'
+                    RETURNING j.* INTO v_job;
+                    IF FOUND THEN
+                        PERFORM pgsched._event(v_job.id, v_now, 'cancel_requested', v_job.attempt,
+                                               v_job.leased_by, v_job.lease_token);
+                    END IF;
                 END IF;
             END LOOP;
             UPDATE pgsched.jobs j SET state = 'available'
@@ -1951,12 +4396,65 @@ BEGIN
 END
 $$;
 
+-- functions/read_events.sql
+-- read_events
+-- contract: the terminal transitions (completed, dead, cancelled) filed
+-- after position p_after, gap-free and each once: whole transactions, in
+-- transaction-id order, and only from transactions older than every one
+-- still in flight, so nothing can later appear behind a position returned.
+-- position is the id of the transaction that filed the row (0 reads from
+-- the oldest history kept); pass the last pos seen to continue. Returns at
+-- least p_limit rows when that many are ready, never part of a transaction.
+-- Runs with the caller's rights: row-level security applies.
+--
+-- Why not by a sequence or by finished_at: both are drawn before commit, so
+-- a transaction that commits late files rows behind what a reader already
+-- passed. Transaction ids below the snapshot's xmin belong to transactions
+-- that have all ended, so that part of the history can no longer change.
+CREATE OR REPLACE FUNCTION pgsched.read_events(
+    p_after bigint  DEFAULT 0,
+    p_limit integer DEFAULT 1000
+)
+RETURNS TABLE (pos bigint, id bigint, queue text, task text, state pgsched.job_state,
+               attempt integer, finished_at timestamptz, error text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_after xid8;
+    v_horizon xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+    v_cut xid8;
+BEGIN
+    IF p_after IS NULL OR p_after < 0 THEN
+        RAISE EXCEPTION 'read_events: position must be 0 or a position it returned, not %', p_after
+            USING ERRCODE = '22023';
+    END IF;
+    v_after := p_after::text::xid8;
+    -- The transaction of the p_limit-th row: the batch ends with it, whole.
+    SELECT h.finished_xid INTO v_cut
+    FROM pgsched.job_history h
+    WHERE h.finished_xid > v_after AND h.finished_xid < v_horizon
+    ORDER BY h.finished_xid
+    OFFSET greatest(coalesce(p_limit, 1000), 1) - 1
+    LIMIT 1;
+    RETURN QUERY
+    SELECT h.finished_xid::text::bigint, h.id, h.queue, h.task, h.state, h.attempt, h.finished_at, h.error
+    FROM pgsched.job_history h
+    WHERE h.finished_xid > v_after AND h.finished_xid < v_horizon
+      AND (v_cut IS NULL OR h.finished_xid <= v_cut)
+    ORDER BY h.finished_xid, h.finished_at, h.id;
+END
+$$;
+
 -- functions/register_tasks.sql
 -- register_tasks
 -- contract: upserts task policies from a JSON array of objects with keys
 -- name (required), queue, max_attempts, backoff_base, backoff_max,
--- backoff_jitter (seconds). Workers call it at start with the tasks they
--- serve. Returns the number of tasks registered.
+-- backoff_jitter, timeout (seconds), labels (default labels of the task's jobs). Workers call it at start with the
+-- tasks they
+-- serve. Returns the number of tasks registered. A session confined to a
+-- tenant adds new tasks only: it never changes a policy every tenant shares.
 CREATE OR REPLACE FUNCTION pgsched.register_tasks(tasks jsonb)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
@@ -1968,18 +4466,26 @@ BEGIN
     IF pg_catalog.jsonb_typeof(register_tasks.tasks) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'pgsched: register_tasks expects a JSON array' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO pgsched.tasks AS t (name, queue, max_attempts, backoff_base, backoff_max, backoff_jitter, updated_at)
+    INSERT INTO pgsched.tasks AS t
+        (name, queue, max_attempts, backoff_base, backoff_max, backoff_jitter, updated_at, timeout, labels)
     SELECT e->>'name', coalesce(e->>'queue', 'default'), (e->>'max_attempts')::integer,
            pg_catalog.make_interval(secs => (e->>'backoff_base')::double precision),
            pg_catalog.make_interval(secs => (e->>'backoff_max')::double precision),
-           (e->>'backoff_jitter')::real, pg_catalog.now()
+           (e->>'backoff_jitter')::real, pg_catalog.now(),
+           pg_catalog.make_interval(secs => (e->>'timeout')::double precision),
+           CASE WHEN pg_catalog.jsonb_typeof(e->'labels') = 'array' AND e->'labels' <> '[]'
+                THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(e->'labels')) END
     FROM pg_catalog.jsonb_array_elements(register_tasks.tasks) e
     ON CONFLICT (name) DO UPDATE
     SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts, backoff_base = EXCLUDED.backoff_base,
-        backoff_max = EXCLUDED.backoff_max, backoff_jitter = EXCLUDED.backoff_jitter, updated_at = EXCLUDED.updated_at
-    WHERE (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter)
+        backoff_max = EXCLUDED.backoff_max, backoff_jitter = EXCLUDED.backoff_jitter, updated_at = EXCLUDED.updated_at,
+        timeout = EXCLUDED.timeout, labels = EXCLUDED.labels
+    -- A session confined to a tenant adds tasks but never changes the policy
+    -- of a task every tenant shares.
+    WHERE pgsched._tenant_scope() IS NULL
+      AND (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter, t.timeout, t.labels)
           IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts, EXCLUDED.backoff_base,
-                            EXCLUDED.backoff_max, EXCLUDED.backoff_jitter);
+                            EXCLUDED.backoff_max, EXCLUDED.backoff_jitter, EXCLUDED.timeout, EXCLUDED.labels);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END
@@ -2025,12 +4531,17 @@ CREATE OR REPLACE FUNCTION pgsched.release(
     p_now   timestamptz DEFAULT NULL
 )
 RETURNS TABLE (job_id bigint, outcome text)
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', coalesce(release.p_now, pg_catalog.now()))
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+BEGIN
+    RETURN QUERY
+    SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', v_now)
     FROM unnest(release.job_ids, release.tokens) AS u(id, token)
-    ORDER BY u.id
+    ORDER BY u.id;
+END
 $$;
 
 -- functions/release_shards.sql
@@ -2059,17 +4570,18 @@ $$;
 -- remove_schedule
 -- contract: deletes a schedule and withdraws its occurrences that have not
 -- started (queued ones leave without running; running ones finish). Returns
--- how many occurrences were withdrawn, or NULL when no such schedule exists.
+-- how many occurrences were withdrawn, or NULL when no such schedule exists
+-- (also for another tenant's schedule when the session is confined to one).
 CREATE OR REPLACE FUNCTION pgsched.remove_schedule(name text, p_now timestamptz DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_count integer;
 BEGIN
-    DELETE FROM pgsched.schedules s WHERE s.name = remove_schedule.name;
+    DELETE FROM pgsched.schedules s WHERE s.name = remove_schedule.name AND pgsched._tenant_visible(s.tenant);
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -2081,13 +4593,15 @@ $$;
 -- functions/resume_queue.sql
 -- resume_queue
 -- contract: lets workers claim from a paused queue again and wakes them.
--- Returns whether the queue had been paused.
+-- Returns whether the queue had been paused. Refused for a session confined
+-- to a tenant.
 CREATE OR REPLACE FUNCTION pgsched.resume_queue(queue text)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
+    PERFORM pgsched._check_unconfined('resume a queue (queues are shared by every tenant)');
     UPDATE pgsched.queues q SET paused = false, updated_at = pg_catalog.now()
     WHERE q.name = resume_queue.queue AND q.paused;
     IF FOUND THEN
@@ -2102,20 +4616,22 @@ $$;
 -- resume_schedule
 -- contract: lets a paused schedule fire again from now on; the occurrences
 -- that fell in the pause are not misfires, they are simply not run. Returns
--- whether the schedule exists.
+-- whether the schedule exists (for a session confined to a tenant: one of
+-- its tenant).
 CREATE OR REPLACE FUNCTION pgsched.resume_schedule(name text, p_now timestamptz DEFAULT NULL)
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    WITH changed AS (
-        UPDATE pgsched.schedules s
-        SET enabled = true, expanded_until = coalesce(resume_schedule.p_now, pg_catalog.now())
-        WHERE s.name = resume_schedule.name AND NOT s.enabled
-        RETURNING 1
-    )
-    SELECT EXISTS (SELECT 1 FROM changed)
-        OR EXISTS (SELECT 1 FROM pgsched.schedules s WHERE s.name = resume_schedule.name)
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+BEGIN
+    UPDATE pgsched.schedules s
+    SET enabled = true, expanded_until = v_now
+    WHERE s.name = resume_schedule.name AND NOT s.enabled AND pgsched._tenant_visible(s.tenant);
+    RETURN FOUND OR EXISTS (SELECT 1 FROM pgsched.schedules s
+                            WHERE s.name = resume_schedule.name AND pgsched._tenant_visible(s.tenant));
+END
 $$;
 
 -- functions/retry.sql
@@ -2126,7 +4642,10 @@ $$;
 -- growing across redrives. Its history rows stay. Returns
 -- 'retried', 'active' (the job is queued or running already),
 -- 'not_retryable' (it completed) or 'not_found' (also for a job of another
--- tenant when the session is confined to one, see _check_tenant).
+-- tenant when the session is confined to one, see _check_tenant). It keeps
+-- its own run limit (job_history.timeout); a command job gets its deadline
+-- again as enqueue_command sets it: its args' timeout_s + the current
+-- config.command_timeout_margin.
 CREATE OR REPLACE FUNCTION pgsched.retry(
     job_id bigint,
     p_now  timestamptz DEFAULT NULL
@@ -2136,7 +4655,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_last pgsched.job_history;
     v_id bigint;
     v_tenant text;
@@ -2155,6 +4674,8 @@ BEGIN
         END;
     END IF;
 
+    -- An enqueue that is making a job depend on this one finishes first (see _depend).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.depend'), pg_catalog.hashint8(retry.job_id));
     IF EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = retry.job_id) THEN
         RETURN 'active';
     END IF;
@@ -2172,9 +4693,16 @@ BEGIN
 
     -- The primary key (id, shard) makes a concurrent second redrive a no-op.
     INSERT INTO pgsched.jobs AS j
-        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at)
+        (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
+         concurrency_key, timeout)
     VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
-            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at)
+            v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
+            v_last.concurrency_key,
+            CASE WHEN v_last.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(v_last.args -> 'timeout_s') = 'number'
+                      AND (v_last.args ->> 'timeout_s')::double precision > 0
+                 THEN pg_catalog.make_interval(secs => (v_last.args ->> 'timeout_s')::double precision)
+                      + (SELECT c.command_timeout_margin FROM pgsched.config c)
+                 ELSE v_last.timeout END)
     ON CONFLICT DO NOTHING
     RETURNING j.id INTO v_id;
     IF v_id IS NULL THEN
@@ -2182,11 +4710,173 @@ BEGIN
     END IF;
     -- The insert trigger starts every job at attempt 0; carry the count on.
     UPDATE pgsched.jobs j
-    SET attempt = v_last.attempt, max_attempts = v_last.attempt + j.max_attempts
+    SET attempt = v_last.attempt,
+        max_attempts = least(v_last.attempt::bigint + j.max_attempts, 1000000)::integer
     WHERE j.id = v_id AND j.shard = v_last.shard;
     PERFORM pgsched._event(v_id, v_now, 'retried', v_last.attempt, NULL, NULL,
         pg_catalog.jsonb_build_object('previous_state', v_last.state));
     RETURN 'retried';
+END
+$$;
+
+-- functions/retry_many.sql
+-- retry_many
+-- contract: pgsched.retry for each of p_ids, in one statement and one
+-- transaction, in id order (so two bulk calls never deadlock), each id once;
+-- returns (job_id, result) with retry()'s answer per job. It runs with the
+-- caller's rights and goes through retry() itself, so every rule of a single
+-- retry (tenant confinement, one redrive at a time) holds for each job. At most
+-- 10000 ids per call.
+CREATE OR REPLACE FUNCTION pgsched.retry_many(
+    p_ids bigint[],
+    p_now timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, result text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    -- Refused at once for a moved clock, even when there is no job to pass it to.
+    PERFORM pgsched._clock(p_now);
+    IF pg_catalog.cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'pgsched: retry_many takes at most 10000 jobs per call, not %',
+            pg_catalog.cardinality(p_ids)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Call it once per slice of the ids.';
+    END IF;
+    FOR job_id IN SELECT DISTINCT u.id FROM pg_catalog.unnest(p_ids) AS u(id) WHERE u.id IS NOT NULL ORDER BY u.id
+    LOOP
+        result := pgsched.retry(job_id, p_now);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- functions/rollup_queue_history.sql
+-- rollup_queue_history
+-- contract: files finished work into pgsched.queue_minutes, one row per
+-- (UTC minute, queue): completed, dead, cancelled (from job_history by
+-- finished_at), failed runs sent back for a retry, redrives and expired
+-- leases (from job_events), start-lag and run-time percentiles of the jobs
+-- finished in the minute, and, for the minute p_now falls in, the queue's
+-- depth sampled now. Rolls every minute from the last final one (rolled at
+-- least 10 s after it ended; at most a day back, or from p_since) up to the
+-- minute of p_until (default: now). Idempotent: an upsert keyed by (minute,
+-- queue) computed from the source rows, so rolling a minute twice, or from
+-- two processes, gives the same counts; a closed minute keeps the depth
+-- sampled while it was open. Callers take turns on a transaction-scoped
+-- advisory lock (a busy one is skipped), and a default call within 10 s of
+-- the last one is skipped too, so scanners and workers can all call it.
+CREATE OR REPLACE FUNCTION pgsched.rollup_queue_history(
+    p_until timestamptz DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL,
+    p_since timestamptz DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_current timestamptz := pg_catalog.date_trunc('minute', v_now, 'UTC');
+    v_to timestamptz := pg_catalog.date_trunc('minute', least(coalesce(p_until, v_now), v_now), 'UTC')
+                        + interval '1 minute';
+    v_from timestamptz;
+    v_rows integer;
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.rollup_queue_history')) THEN
+        RETURN pg_catalog.jsonb_build_object('skipped', 'another rollup is running');
+    END IF;
+    IF p_until IS NULL AND p_since IS NULL AND EXISTS (
+        SELECT 1 FROM pgsched.queue_minutes m
+        WHERE m.minute = v_current AND m.rolled_at > v_now - interval '10 seconds' AND m.rolled_at <= v_now) THEN
+        RETURN pg_catalog.jsonb_build_object('skipped', 'rolled up less than 10 s ago');
+    END IF;
+    v_from := coalesce(
+        pg_catalog.date_trunc('minute', p_since, 'UTC'),
+        (SELECT pg_catalog.max(m.minute) + interval '1 minute' FROM pgsched.queue_minutes m
+         WHERE m.minute >= v_to - interval '1 day' AND m.minute < v_to
+           AND m.rolled_at >= m.minute + interval '70 seconds'),
+        v_to - interval '1 day');
+
+    WITH finished AS (
+        SELECT pg_catalog.date_trunc('minute', h.finished_at, 'UTC') AS minute, h.queue,
+               pg_catalog.count(*) FILTER (WHERE h.state = 'completed') AS completed,
+               pg_catalog.count(*) FILTER (WHERE h.state = 'dead') AS dead,
+               pg_catalog.count(*) FILTER (WHERE h.state = 'cancelled') AS cancelled,
+               pg_catalog.percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+                   ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+                   AS lag,
+               pg_catalog.percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+                   ORDER BY EXTRACT(EPOCH FROM h.finished_at - h.started_at)) FILTER (WHERE h.started_at IS NOT NULL)
+                   AS run
+        FROM pgsched.job_history h
+        WHERE h.finished_at >= v_from AND h.finished_at < v_to
+        GROUP BY 1, 2
+    ), events AS (
+        SELECT pg_catalog.date_trunc('minute', e.at, 'UTC') AS minute, q.queue,
+               pg_catalog.count(*) FILTER (WHERE e.kind = 'failed') AS failed,
+               pg_catalog.count(*) FILTER (WHERE e.kind = 'retried') AS retried,
+               pg_catalog.count(*) FILTER (WHERE e.kind = 'lease_expired') AS expired
+        FROM pgsched.job_events e
+        -- Events do not carry the queue; the job's row does, active or finished.
+        CROSS JOIN LATERAL (
+            SELECT coalesce(
+                (SELECT j.queue FROM pgsched.jobs j WHERE j.id = e.job_id LIMIT 1),
+                (SELECT h.queue FROM pgsched.job_history h WHERE h.id = e.job_id LIMIT 1)) AS queue
+        ) q
+        WHERE e.at >= v_from AND e.at < v_to AND e.kind IN ('failed', 'retried', 'lease_expired')
+          AND q.queue IS NOT NULL
+        GROUP BY 1, 2
+    ), depth AS (
+        SELECT v_current AS minute, j.queue,
+               pg_catalog.count(*) FILTER (WHERE j.state = 'available') AS available,
+               pg_catalog.count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+               pg_catalog.count(*) FILTER (WHERE j.state = 'running') AS running,
+               EXTRACT(EPOCH FROM v_now - pg_catalog.min(j.run_at) FILTER (
+                   WHERE j.state = 'available' OR (j.state = 'scheduled' AND j.run_at <= v_now)))::double precision
+                   AS oldest_due_age_s
+        FROM pgsched.jobs j
+        WHERE v_current >= v_from AND v_current < v_to
+        GROUP BY j.queue
+    ), keys AS (
+        SELECT f.minute, f.queue FROM finished f
+        UNION SELECT e.minute, e.queue FROM events e
+        UNION SELECT d.minute, d.queue FROM depth d
+        -- Rows already there are rolled again too (and so become final).
+        UNION SELECT m.minute, m.queue FROM pgsched.queue_minutes m WHERE m.minute >= v_from AND m.minute < v_to
+    ), upserted AS (
+        INSERT INTO pgsched.queue_minutes AS m
+            (minute, queue, completed, failed, dead, cancelled, retried, expired,
+             available, scheduled, running, oldest_due_age_s,
+             lag_p50_s, lag_p95_s, lag_p99_s, run_p50_s, run_p95_s, run_p99_s, rolled_at)
+        SELECT k.minute, k.queue, coalesce(f.completed, 0), coalesce(e.failed, 0), coalesce(f.dead, 0),
+               coalesce(f.cancelled, 0), coalesce(e.retried, 0), coalesce(e.expired, 0),
+               -- The minute being sampled: a queue without active jobs has depth 0.
+               CASE WHEN k.minute = v_current THEN coalesce(d.available, 0) END,
+               CASE WHEN k.minute = v_current THEN coalesce(d.scheduled, 0) END,
+               CASE WHEN k.minute = v_current THEN coalesce(d.running, 0) END,
+               CASE WHEN k.minute = v_current THEN coalesce(d.oldest_due_age_s, 0) END,
+               f.lag[1], f.lag[2], f.lag[3], f.run[1], f.run[2], f.run[3], v_now
+        FROM keys k
+        LEFT JOIN finished f ON f.minute = k.minute AND f.queue = k.queue
+        LEFT JOIN events e ON e.minute = k.minute AND e.queue = k.queue
+        LEFT JOIN depth d ON d.minute = k.minute AND d.queue = k.queue
+        ORDER BY k.minute, k.queue
+        ON CONFLICT (minute, queue) DO UPDATE
+        SET completed = excluded.completed, failed = excluded.failed, dead = excluded.dead,
+            cancelled = excluded.cancelled, retried = excluded.retried, expired = excluded.expired,
+            available = CASE WHEN excluded.minute = v_current THEN excluded.available ELSE m.available END,
+            scheduled = CASE WHEN excluded.minute = v_current THEN excluded.scheduled ELSE m.scheduled END,
+            running = CASE WHEN excluded.minute = v_current THEN excluded.running ELSE m.running END,
+            oldest_due_age_s = CASE WHEN excluded.minute = v_current THEN excluded.oldest_due_age_s
+                                    ELSE m.oldest_due_age_s END,
+            lag_p50_s = excluded.lag_p50_s, lag_p95_s = excluded.lag_p95_s, lag_p99_s = excluded.lag_p99_s,
+            run_p50_s = excluded.run_p50_s, run_p95_s = excluded.run_p95_s, run_p99_s = excluded.run_p99_s,
+            rolled_at = greatest(m.rolled_at, excluded.rolled_at)
+        RETURNING 1
+    )
+    SELECT pg_catalog.count(*) INTO v_rows FROM upserted;
+    RETURN pg_catalog.jsonb_build_object('from', v_from, 'until', v_to, 'rows', v_rows);
 END
 $$;
 
@@ -2195,7 +4885,9 @@ $$;
 -- contract: one scanner pass over one shard it holds (fenced by owner and
 -- epoch, see _hold_shard): expires dead workers' leases, promotes due jobs
 -- (waking workers), and says when the shard's next scheduled job is due so the
--- scanner can sleep until exactly then. Raises PS409 when the lease is gone.
+-- scanner can sleep until exactly then: an occurrence still waiting after
+-- promotion (for the previous run of its schedule) is looked at again a
+-- second later. Raises PS409 when the lease is gone.
 CREATE OR REPLACE FUNCTION pgsched.scan_shard(
     scanner text,
     shard   integer,
@@ -2208,14 +4900,20 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    v_now timestamptz := coalesce(p_now, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_expired integer;
     v_promoted integer;
+    v_next timestamptz;
 BEGIN
     PERFORM pgsched._hold_shard(scan_shard.scanner, scan_shard.shard, scan_shard.epoch, v_now);
-    v_expired := pgsched.expire_leases(v_now, 1000, scan_shard.shard);
-    v_promoted := pgsched.promote_due(v_now, 10000, scan_shard.shard);
-    RETURN QUERY SELECT v_expired, v_promoted, pgsched.next_due(scan_shard.shard), pg_catalog.clock_timestamp();
+    -- p_now itself (checked above; NULL means the same transaction clock).
+    v_expired := pgsched.expire_leases(scan_shard.p_now, 1000, scan_shard.shard);
+    v_promoted := pgsched.promote_due(scan_shard.p_now, 10000, scan_shard.shard);
+    v_next := pgsched.next_due(scan_shard.shard);
+    IF v_promoted < 10000 AND v_next <= v_now THEN
+        v_next := v_now + interval '1 second';
+    END IF;
+    RETURN QUERY SELECT v_expired, v_promoted, v_next, pg_catalog.clock_timestamp();
 END
 $$;
 
@@ -2241,7 +4939,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM pgsched._hold_shard(schedule_error.scanner, schedule_error.shard, schedule_error.epoch,
-                                coalesce(p_now, pg_catalog.now()));
+                                coalesce(pgsched._clock(p_now), pg_catalog.now()));
     UPDATE pgsched.schedules s
     SET last_error = schedule_error.error, expanded_version = s.version
     WHERE s.name = schedule_error.schedule AND s.version = schedule_error.version;
@@ -2287,7 +4985,84 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
     RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
-                             coalesce(snooze.p_now, pg_catalog.now()));
+                             coalesce(pgsched._clock(snooze.p_now), pg_catalog.now()));
+END
+$$;
+
+-- functions/tg_config__before_update.sql
+-- tg_config__before_update
+-- contract: the shard count is fixed at install (the partitions of
+-- pgsched.jobs and the shard leases were made for it): an UPDATE that
+-- changes it is refused, for every role. The other settings are kept valid
+-- by the table's CHECK constraints.
+CREATE OR REPLACE FUNCTION pgsched.tg_config__before_update()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF NEW.shards IS DISTINCT FROM OLD.shards OR NEW.singleton IS DISTINCT FROM OLD.singleton THEN
+        RAISE EXCEPTION 'pgsched: the shard count is fixed at install (% shards)', OLD.shards
+            USING ERRCODE = 'feature_not_supported', SCHEMA = 'pgsched', TABLE = 'config', COLUMN = 'shards',
+                  HINT = 'Install into a new database with pgsched migrate --shards N and move the jobs.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- functions/start.sql
+-- start
+-- contract: records that the handlers of these claimed jobs start now, in
+-- one statement for a batch of starts, fenced by each job's token: only a
+-- job whose lease is current and whose cancellation was not requested gets
+-- its started_at (the database's clock, read when the statement runs). Returns
+-- one row per input job: 'started' (run the handler), 'cancel_requested'
+-- (do not start it: cancel it, e.g. fail() records it 'cancelled') or
+-- 'lease_lost' (another run may own it: do not start it). A job claimed but
+-- not started has started_at NULL, so views tell "waiting for a slot" from
+-- "running", and start lag (started_at - run_at) counts the wait for a slot.
+-- A started job carries its deadline: deadline_at = started_at + its timeout
+-- (the job's, else its task's in pgsched.tasks), returned as `timeout` so the
+-- worker enforces it too; expire_leases fails a run past it (_fail_overdue).
+--
+-- Cancel-requested rows are rewritten unchanged rather than filtered out:
+-- when a cancel() commits while this statement waits for the row, the
+-- re-checked row version decides, so a cancel never loses to a start that
+-- began a moment before it.
+CREATE OR REPLACE FUNCTION pgsched.start(
+    job_ids bigint[],
+    tokens  bigint[],
+    shards  smallint[]  DEFAULT NULL,
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, outcome text, timeout interval)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+BEGIN
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.shard
+        FROM unnest(start.job_ids, start.tokens, start.shards) AS u(id, token, shard)
+        WHERE u.id IS NOT NULL
+    ), stamped AS (
+        UPDATE pgsched.jobs j
+        SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END,
+            deadline_at = CASE WHEN j.cancel_requested_at IS NULL
+                THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t WHERE t.name = j.task))
+                ELSE j.deadline_at END
+        FROM input u
+        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+          AND (u.shard IS NULL OR j.shard = u.shard)
+        RETURNING j.id, j.cancel_requested_at IS NULL AS go, j.deadline_at - j.started_at AS timeout
+    )
+    SELECT u.id, CASE WHEN s.go THEN 'started' WHEN NOT s.go THEN 'cancel_requested' ELSE 'lease_lost' END,
+           CASE WHEN s.go THEN s.timeout END
+    FROM input u
+    LEFT JOIN stamped s ON s.id = u.id;
 END
 $$;
 
@@ -2296,7 +5071,19 @@ $$;
 -- contract: every row entering pgsched.jobs, by enqueue() or a plain INSERT,
 -- gets its defaults, its validation and its wake-up here, so all paths behave
 -- alike. A repeated idempotency key skips the row (INSERT 0 0) and keeps the
--- existing job; enqueue() then returns that job's id.
+-- existing job; enqueue() then returns that job's id. A repeated key with
+-- another task or other args raises PS422 (see _key_holder); a refused value
+-- raises naming its column and value (see _check_job), not a partition.
+--
+-- Two triggers call it (30_triggers.sql). For a writer other than the
+-- schema's owner (TG_ARGV[0] = 'untrusted': a plain INSERT by an
+-- application) the database also assigns the id and stamps created_at,
+-- whatever the INSERT said, and a schedule link and the command task are
+-- refused (_check_command_task): only the owner's
+-- functions (retry, the scanners' add_occurrences) set those. The shard, the
+-- partition key, cannot change in a row trigger; pgsched_enqueue may name
+-- only the columns a user chooses (90_grants.sql), so it comes from the
+-- column default.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__before_insert()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -2309,20 +5096,41 @@ DECLARE
 BEGIN
     SELECT c.max_payload_bytes, c.default_max_attempts INTO v_limit, v_default_attempts FROM pgsched.config c;
 
+    IF TG_ARGV[0] = 'untrusted' THEN
+        PERFORM pgsched._check_command_task(NEW.task, 'INSERT INTO pgsched.jobs');
+        IF NEW.schedule IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: schedule is set by the scanners, not by an INSERT'
+                USING ERRCODE = 'insufficient_privilege', SCHEMA = 'pgsched', TABLE = 'jobs', COLUMN = 'schedule';
+        END IF;
+        -- A copied id would give two active rows one identity (on two shards).
+        NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
+        NEW.created_at := v_now;
+        -- Before the key is looked at, so another tenant's keys reveal nothing
+        -- (row-level security checks the row itself after this trigger).
+        IF NEW.idempotency_key IS NOT NULL THEN
+            PERFORM pgsched._check_tenant(NEW.tenant);
+        END IF;
+    END IF;
+
     -- A new job starts from nothing, whatever the INSERT said.
     NEW.attempt := 0;
     NEW.lease_token := NULL;
     NEW.leased_by := NULL;
     NEW.lease_expires_at := NULL;
     NEW.started_at := NULL;
+    NEW.claimed_at := NULL;
     NEW.cancel_requested_at := NULL;
     NEW.last_error := NULL;
     -- Occurrences of schedules always pass through promotion, which applies
     -- the schedule's overlap policy.
     NEW.state := CASE WHEN NEW.run_at <= v_now AND NEW.schedule IS NULL THEN 'available' ELSE 'scheduled' END;
 
+    PERFORM pgsched._check_job(NEW.task, NEW.queue, NEW.args, NEW.priority, NEW.run_at, NEW.max_attempts,
+                               NEW.idempotency_key, NEW.labels, NEW.tenant);
+    IF NEW.timeout IS NOT NULL OR NEW.concurrency_key IS NOT NULL THEN
+        PERFORM pgsched._check_run_options(NEW.timeout, NEW.concurrency_key);
+    END IF;
     PERFORM pgsched._check_payload(NEW.args, v_limit);
-    PERFORM pgsched._check_labels(NEW.labels);
 
     IF NEW.max_attempts IS NULL THEN
         SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
@@ -2334,12 +5142,15 @@ BEGIN
         -- here for the first one's commit, then sees the conflict. A redrive
         -- of the same job (retry()) re-activates its own key; a key whose
         -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, job_id, shard, created_at)
-        VALUES (NEW.idempotency_key, NEW.id, NEW.shard, v_now)
-        ON CONFLICT (key) DO UPDATE
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
+        VALUES (NEW.idempotency_key, NEW.tenant, NEW.id, NEW.shard, v_now)
+        ON CONFLICT (key, tenant) DO UPDATE
             SET job_id = NEW.id, shard = NEW.shard, created_at = v_now, expires_at = NULL
             WHERE k.job_id = NEW.id OR k.expires_at < v_now;
         IF NOT FOUND THEN
+            IF NEW.schedule IS NULL THEN
+                PERFORM pgsched._key_holder(NEW.idempotency_key, NEW.task, NEW.args, NULL, NEW.tenant);
+            END IF;
             RETURN NULL;
         END IF;
     END IF;
@@ -2355,18 +5166,73 @@ BEGIN
 END
 $$;
 
+-- functions/tg_jobs__dispatch.sql
+-- tg_jobs__dispatch
+-- contract: stamps a job's place in the claim order from its queue's policy
+-- whenever the row is written or its run_at, priority, queue or tenant
+-- changes (never by a sweep of waiting rows): dispatch_at = run_at under
+-- strict priority (dispatch_rank = -priority), or run_at - priority x aging
+-- under aging (dispatch_rank = 0), so a job due at run_at with priority p
+-- passes a job of priority q due (q - p) x aging later: one priority step per
+-- aging interval waited, fixed once, read by one index scan. Under tenant
+-- fairness dispatch_group is the tenant, so claims can take turns between
+-- tenants (see _claim_limited). A new job without labels gets its task's
+-- default labels, else its queue's (worker pools, docs/dispatch.md).
+-- enqueue() and enqueue_many() stamp the same values in their INSERT, so
+-- their rows skip it (30_triggers.sql); a change here must be made there.
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__dispatch()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_aging interval;
+    v_fair boolean;
+    v_labels text[];
+    v_task_labels text[];
+BEGIN
+    SELECT q.aging, q.tenant_fairness, q.labels INTO v_aging, v_fair, v_labels
+    FROM pgsched.queues q WHERE q.name = NEW.queue;
+    IF TG_OP = 'INSERT' AND NEW.labels = '{}' THEN
+        SELECT t.labels INTO v_task_labels FROM pgsched.tasks t WHERE t.name = NEW.task;
+        NEW.labels := coalesce(v_task_labels, v_labels, '{}');
+    END IF;
+    NEW.dispatch_group := CASE WHEN v_fair THEN coalesce(NEW.tenant, '') ELSE '' END;
+    IF v_aging IS NULL THEN
+        NEW.dispatch_rank := -NEW.priority;
+        NEW.dispatch_at := NEW.run_at;
+    ELSE
+        -- |priority| <= 1e6 and aging <= 1 day: at most 2738 years either way.
+        NEW.dispatch_rank := 0;
+        NEW.dispatch_at := NEW.run_at - NEW.priority * v_aging;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- functions/tg_schedules__before_write.sql
 -- tg_schedules__before_write
 -- contract: a schedule lives on the shard of its name; any change to what a
 -- schedule fires (cron, zone, task, args, queue, policies, enabled...) bumps
 -- its version, so the next scan withdraws the occurrences expanded under the
--- old version and expands the new one. Works for plain INSERT/UPDATE too.
+-- old version and expands the new one. Works for plain INSERT/UPDATE too,
+-- which are refused what upsert_schedule refuses (_check_schedule,
+-- _check_schedule_names; and the command task, _check_command_task)
+-- (SECURITY DEFINER: pgsched_admin writes the table but not the helpers).
 CREATE OR REPLACE FUNCTION pgsched.tg_schedules__before_write()
 RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
+    PERFORM pgsched._check_command_task(NEW.task, 'a schedule');
+    IF TG_OP = 'INSERT' OR (NEW.name, NEW.task, NEW.timezone) IS DISTINCT FROM (OLD.name, OLD.task, OLD.timezone) THEN
+        PERFORM pgsched._check_schedule_names(NEW.name, NEW.task, NEW.timezone);
+    END IF;
+    IF TG_OP = 'INSERT' OR (NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args)
+                           IS DISTINCT FROM (OLD.cron, OLD.priority, OLD.max_attempts, OLD.labels, OLD.tenant, OLD.args) THEN
+        PERFORM pgsched._check_schedule(NEW.cron, NEW.priority, NEW.max_attempts, NEW.labels, NEW.tenant, NEW.args);
+    END IF;
     NEW.shard := pgsched._shard_for_key(NEW.name);
     IF TG_OP = 'INSERT' THEN
         NEW.version := 1;
@@ -2393,6 +5259,27 @@ BEGIN
 END
 $$;
 
+-- functions/unbind_tenant.sql
+-- unbind_tenant
+-- contract: removes the tenant binding of the login role `role`. It stays a
+-- member of pgsched_tenant_scoped, so it is then confined to nothing (fails
+-- closed) until it is bound again or that role is revoked from it. Only a
+-- session that is not confined itself may unbind.
+-- Returns the tenant it was bound to, or NULL.
+CREATE OR REPLACE FUNCTION pgsched.unbind_tenant(role regrole)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_previous text;
+BEGIN
+    PERFORM pgsched._check_unconfined('unbind tenants');
+    DELETE FROM pgsched.tenant_roles b WHERE b.role = unbind_tenant.role RETURNING b.tenant INTO v_previous;
+    RETURN v_previous;
+END
+$$;
+
 -- functions/unregister_worker.sql
 -- unregister_worker
 -- contract: forgets a worker that exits cleanly.
@@ -2409,7 +5296,11 @@ $$;
 -- contract: creates the schedule `name`, or updates it when it exists (an
 -- update that changes what it fires takes effect at the next scan: future
 -- occurrences expanded under the old definition are withdrawn and replaced).
--- Returns the schedule's version afterwards.
+-- Returns the schedule's version afterwards. Refuses (with the reason) a
+-- schedule that could never be expanded: see _check_schedule. A session
+-- confined to a tenant writes only schedules of its tenant; a worker login
+-- (without pgsched_admin) only schedules defined in code (see
+-- _check_schedule_write).
 CREATE OR REPLACE FUNCTION pgsched.upsert_schedule(
     name           text,
     cron           text,
@@ -2435,6 +5326,10 @@ RETURNS integer
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+    SELECT pgsched._check_schedule_write(upsert_schedule.name, upsert_schedule.tenant,
+                                         coalesce(upsert_schedule.source, 'sql'));
+    SELECT pgsched._check_schedule(upsert_schedule.cron, upsert_schedule.priority, upsert_schedule.max_attempts,
+                                   upsert_schedule.labels, upsert_schedule.tenant, upsert_schedule.args);
     INSERT INTO pgsched.schedules AS s
         (name, cron, task, args, timezone, queue, priority, max_attempts, gap_policy, overlap_policy,
          misfire_policy, misfire_cap, misfire_grace, concurrency, enabled, horizon, labels, tenant, source, shard)
@@ -2455,49 +5350,149 @@ AS $$
         misfire_grace = EXCLUDED.misfire_grace,
         concurrency = EXCLUDED.concurrency, enabled = EXCLUDED.enabled, horizon = EXCLUDED.horizon,
         labels = EXCLUDED.labels, tenant = EXCLUDED.tenant, source = EXCLUDED.source
+    WHERE pgsched._tenant_visible(s.tenant)
     RETURNING s.version
 $$;
 
+-- functions/vacuum_candidates.sql
+-- vacuum_candidates
+-- contract: the partitions of pgsched.jobs that the caller may vacuum or
+-- analyze (a member of the owner role, or, on PostgreSQL 17 and later, one
+-- holding MAINTAIN), and that need it now, most dead rows first:
+--   vacuum  at least p_min_dead dead row versions, and at least p_ratio times
+--           as many dead as live (the statistics' counts). Every job leaves
+--           two behind (claimed, then finished), and autovacuum visits a
+--           database once per autovacuum_naptime (a minute) at best: a busy
+--           queue piles up hundreds of thousands in between, and claims wade
+--           through them.
+--   analyze the planner's row count (pg_class.reltuples) is off from the live
+--           rows by more than 1,000 and by more than half. Cached plans of
+--           claim, heartbeat and complete are built for the table's size
+--           when first used; built on an empty table, they scan it, and stay
+--           until the next ANALYZE: a burst of 400,000 jobs then makes each
+--           claim take 170 ms instead of 0.5 ms. ANALYZE replaces them.
+-- Workers and scanners run VACUUM / ANALYZE (SKIP_LOCKED) on what this names
+-- every few seconds (pgsched/vacuumer.py).
+CREATE OR REPLACE FUNCTION pgsched.vacuum_candidates(
+    p_min_dead bigint           DEFAULT 10000,
+    p_ratio    double precision DEFAULT 0.2
+)
+RETURNS TABLE (schema_name text, table_name text, dead bigint, live bigint, needs_vacuum boolean, needs_analyze boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_maintain boolean := pg_catalog.current_setting('server_version_num')::integer >= 170000;
+BEGIN
+    IF p_min_dead IS NULL OR p_min_dead < 0 OR p_ratio IS NULL OR p_ratio < 0 THEN
+        RAISE EXCEPTION 'pgsched: vacuum_candidates needs p_min_dead >= 0 and p_ratio >= 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    SELECT t.schema_name, t.table_name, t.dead, t.live, t.needs_vacuum, t.needs_analyze
+    FROM (
+        SELECT n.nspname::text AS schema_name, c.relname::text AS table_name,
+               s.n_dead_tup AS dead, s.n_live_tup AS live,
+               s.n_dead_tup >= p_min_dead AND s.n_dead_tup >= p_ratio * s.n_live_tup AS needs_vacuum,
+               pg_catalog.abs(s.n_live_tup - greatest(c.reltuples, 0))
+                   > greatest(1000, 0.5 * greatest(c.reltuples, 0)) AS needs_analyze
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
+        WHERE i.inhparent = 'pgsched.jobs'::pg_catalog.regclass
+          AND (pg_catalog.pg_has_role(c.relowner, 'USAGE')
+               OR CASE WHEN v_maintain THEN pg_catalog.has_table_privilege(c.oid, 'MAINTAIN') ELSE false END)
+    ) t
+    WHERE t.needs_vacuum OR t.needs_analyze
+    ORDER BY t.dead DESC;
+END
+$$;
+
 -- 30_triggers.sql
--- pgsched: triggers.
+-- pgsched: triggers. CREATE OR REPLACE, so a migration can apply this file whole.
 --
 -- Every row entering pgsched.jobs passes tg_jobs__before_insert, except rows
--- written by enqueue() and enqueue_many(), which do the same work set-based
--- and mark themselves with the transaction-local setting
--- pgsched.trusted_insert. The mark counts only for the schema's owner (those
--- functions run as the owner), so no other role can skip the trigger.
+-- written by the owner's enqueue functions (enqueue, enqueue_many,
+-- enqueue_service, enqueue_command), which do the same work themselves and
+-- name the attempt column (0). The mark is in the row, not in the session:
+-- attempt has no default and no other role may name it (90_grants.sql), so a
+-- row of any other writer, and a row of another owner function (retry, the
+-- scanners' add_occurrences), arrives with attempt NULL and passes the
+-- trigger, whatever the caller has SET.
+-- Writers other than the owner (plain INSERTs by applications) pass the
+-- 'untrusted' trigger, which also assigns id, shard and created_at and
+-- refuses a schedule link; CURRENT_USER in WHEN is the writer's role, before
+-- the SECURITY DEFINER function switches to the owner.
 DO $$
 BEGIN
     EXECUTE pg_catalog.format($sql$
-        CREATE TRIGGER tg_jobs__before_insert
+        CREATE OR REPLACE TRIGGER tg_jobs__before_insert
             BEFORE INSERT ON pgsched.jobs
             FOR EACH ROW
-            WHEN (pg_catalog.current_setting('pgsched.trusted_insert', true) IS DISTINCT FROM 'on'
-                  OR CURRENT_USER <> %L)
-            EXECUTE FUNCTION pgsched.tg_jobs__before_insert()
+            WHEN (CURRENT_USER <> %L)
+            EXECUTE FUNCTION pgsched.tg_jobs__before_insert('untrusted')
+        $sql$, current_user);
+    EXECUTE pg_catalog.format($sql$
+        CREATE OR REPLACE TRIGGER tg_jobs__before_insert_owner
+            BEFORE INSERT ON pgsched.jobs
+            FOR EACH ROW
+            WHEN (CURRENT_USER = %L AND NEW.attempt IS NULL)
+            EXECUTE FUNCTION pgsched.tg_jobs__before_insert('owner')
         $sql$, current_user);
 END
 $$;
 
-CREATE TRIGGER tg_schedules__before_write
+CREATE OR REPLACE TRIGGER tg_schedules__before_write
     BEFORE INSERT OR UPDATE ON pgsched.schedules
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_schedules__before_write();
+
+CREATE OR REPLACE TRIGGER tg_config__before_update
+    BEFORE UPDATE ON pgsched.config
+    FOR EACH ROW EXECUTE FUNCTION pgsched.tg_config__before_update();
+
+-- After the insert triggers (names fire in order): the claim order of a row
+-- from its queue's dispatch policy. A row the schema's owner writes with its
+-- dispatch_* columns already stamped (enqueue() and enqueue_many() compute
+-- them in their INSERT, as this trigger would) skips it; the columns have no
+-- default, so any other row of the owner's arrives with dispatch_at NULL and
+-- is stamped here, and a row of any other writer always is, whatever its
+-- INSERT said. UPDATE OF: claims, heartbeats and completions, which set none
+-- of these columns, never fire the update trigger.
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format($sql$
+        CREATE OR REPLACE TRIGGER tg_jobs__dispatch
+            BEFORE INSERT ON pgsched.jobs
+            FOR EACH ROW
+            WHEN (CURRENT_USER <> %L OR NEW.dispatch_at IS NULL)
+            EXECUTE FUNCTION pgsched.tg_jobs__dispatch()
+        $sql$, current_user);
+END
+$$;
+CREATE OR REPLACE TRIGGER tg_jobs__redispatch
+    BEFORE UPDATE OF run_at, priority, queue, tenant ON pgsched.jobs
+    FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch();
 
 -- 40_views.sql
 -- pgsched: views, the operator's surface. Per queue, never only averages.
 
 -- queue_stats: depth by state, the age of the oldest due job, retries, and
 -- over the last five minutes the finished counts, throughput and start lag
--- (start - due) percentiles.
-CREATE VIEW pgsched.queue_stats AS
+-- (handler start - due) percentiles. running counts jobs whose handler has
+-- started; claimed, those leased to a worker and waiting for a free slot.
+CREATE OR REPLACE VIEW pgsched.queue_stats AS
 WITH active AS (
     SELECT j.queue,
            pg_catalog.count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
            pg_catalog.count(*) FILTER (WHERE j.state = 'available') AS available,
-           pg_catalog.count(*) FILTER (WHERE j.state = 'running') AS running,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.started_at IS NOT NULL) AS running,
+           pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.started_at IS NULL) AS claimed,
            pg_catalog.count(*) FILTER (WHERE j.state IN ('scheduled', 'available') AND j.attempt > 0) AS retrying,
            pg_catalog.count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at < pg_catalog.now())
                AS lease_expired,
+           -- compared as text: an enum value cannot be used in the transaction that adds it (a migration)
+           pg_catalog.count(*) FILTER (WHERE j.state::text = 'waiting') AS waiting,
            pg_catalog.min(j.run_at) FILTER (
                WHERE j.state = 'available' OR (j.state = 'scheduled' AND j.run_at <= pg_catalog.now()))
                AS oldest_due_at
@@ -2539,16 +5534,18 @@ SELECT n.queue,
        round((coalesce(r.completed_5m, 0) / 300.0)::numeric, 2)::double precision AS completed_per_s,
        r.lag_p50::double precision AS lag_p50_s,
        r.lag_p95::double precision AS lag_p95_s,
-       r.lag_p99::double precision AS lag_p99_s
+       r.lag_p99::double precision AS lag_p99_s,
+       coalesce(a.claimed, 0) AS claimed,
+       coalesce(a.waiting, 0) AS waiting
 FROM names n
 LEFT JOIN active a ON a.queue = n.queue
 LEFT JOIN recent r ON r.queue = n.queue
 LEFT JOIN pgsched.queues q ON q.name = n.queue;
 COMMENT ON VIEW pgsched.queue_stats IS
-    'Per queue: depth by state, oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
+    'Per queue: depth by state (running: handler started; claimed: leased, waiting for a slot; waiting: for dependencies), oldest due job age, retries waiting, expired leases, and the last 5 minutes of finished work with start-lag percentiles (seconds).';
 
 -- dead_letters: jobs whose latest outcome is dead and that were not redriven.
-CREATE VIEW pgsched.dead_letters AS
+CREATE OR REPLACE VIEW pgsched.dead_letters AS
 SELECT h.id, h.queue, h.task, h.args, h.attempt, h.max_attempts, h.error, h.finished_at AS died_at,
        h.created_at, h.idempotency_key, h.tenant, h.labels, h.leased_by AS last_worker
 FROM pgsched.job_history h
@@ -2558,19 +5555,22 @@ WHERE h.state = 'dead'
 COMMENT ON VIEW pgsched.dead_letters IS
     'Dead jobs awaiting a decision: SELECT pgsched.retry(id) redrives one.';
 
--- workers_live: workers seen in the last minute, with what they hold now.
-CREATE VIEW pgsched.workers_live AS
+-- workers_live: workers seen in the last minute, with what they hold now:
+-- jobs whose handler runs, and jobs claimed that wait for a slot.
+CREATE OR REPLACE VIEW pgsched.workers_live AS
 SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
        EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
-       (SELECT pg_catalog.count(*) FROM pgsched.jobs j WHERE j.state = 'running' AND j.leased_by = w.name)
-           AS running, w.version
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NOT NULL) AS running, w.version,
+       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed
 FROM pgsched.workers w
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
 
 -- schedule_status: each schedule with its next occurrence, its last finished
 -- run, and why it cannot fire when it cannot.
-CREATE VIEW pgsched.schedule_status AS
+CREATE OR REPLACE VIEW pgsched.schedule_status AS
 SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.enabled, s.concurrency, s.misfire_policy,
        s.gap_policy, s.overlap_policy, s.expanded_until, s.version, s.last_error,
        (SELECT pg_catalog.min(j.run_at) FROM pgsched.jobs j
@@ -2586,6 +5586,56 @@ LEFT JOIN LATERAL (
 COMMENT ON VIEW pgsched.schedule_status IS
     'Schedules with their next occurrence, runs in flight, the last outcome and any expansion error.';
 
+-- queue_history: the per-minute rollup (see rollup_queue_history), with the
+-- rates and failure totals charts draw. Counts are of the minute; depth and
+-- the oldest due age were sampled during it (NULL when nobody sampled);
+-- percentiles are of the jobs that finished in it. `final` says the minute
+-- was rolled up after it ended (its counts will not change).
+CREATE OR REPLACE VIEW pgsched.queue_history AS
+SELECT m.minute, m.queue, m.completed, m.failed, m.dead, m.cancelled, m.retried, m.expired,
+       m.failed + m.dead + m.expired AS failures,
+       round((m.completed / 60.0)::numeric, 3)::double precision AS completed_per_s,
+       m.available, m.scheduled, m.running, m.oldest_due_age_s,
+       m.lag_p50_s, m.lag_p95_s, m.lag_p99_s, m.run_p50_s, m.run_p95_s, m.run_p99_s,
+       m.rolled_at, m.rolled_at >= m.minute + interval '70 seconds' AS final
+FROM pgsched.queue_minutes m;
+COMMENT ON VIEW pgsched.queue_history IS
+    'Per minute and queue: completed, failed (retried runs), dead, cancelled, redriven, expired leases, sampled depth, start-lag and run-time percentiles (seconds).';
+
+-- job_timeline: every transition of every job, in order: those recorded in
+-- job_events (failures, retries, snoozes, expiries, cancels, hand-backs, and
+-- the claim of every attempt that did not complete) and those derived from
+-- the job's own row: the claim of the attempt running now (jobs.claimed_at)
+-- and the claim and completion of a completed job's last attempt
+-- (job_history.claimed_at, finished_at). source says which; seq is the
+-- event's for a recorded one. Rows filed before job_history had claimed_at
+-- kept recorded claimed/completed events and are not derived again.
+-- security_invoker: the reader's row-level security applies, as on the
+-- tables (a tenant-bound session sees its own jobs' derived transitions;
+-- events carry no tenant, so it sees no recorded ones).
+CREATE OR REPLACE VIEW pgsched.job_timeline WITH (security_invoker = true) AS
+SELECT t.job_id, t.at, t.kind, t.attempt, t.worker, t.token, t.detail, t.source, t.seq
+FROM (
+    SELECT e.job_id, e.at, e.kind, e.attempt, e.worker, e.token, e.detail, 'recorded'::text AS source, e.seq,
+           CASE e.kind WHEN 'claimed' THEN 0 ELSE 1 END AS step
+    FROM pgsched.job_events e
+    UNION ALL
+    SELECT j.id, j.claimed_at, 'claimed', j.attempt, j.leased_by, j.lease_token, NULL, 'derived', NULL, 0
+    FROM pgsched.jobs j
+    WHERE j.state = 'running' AND j.claimed_at IS NOT NULL
+      -- a claim recorded before events became exceptions
+      AND NOT EXISTS (SELECT 1 FROM pgsched.job_events e
+                      WHERE e.job_id = j.id AND e.kind = 'claimed' AND e.token = j.lease_token)
+    UNION ALL
+    SELECT h.id, d.at, d.kind, h.attempt, h.leased_by, h.lease_token, NULL, 'derived', NULL, d.step
+    FROM pgsched.job_history h
+    CROSS JOIN LATERAL (VALUES (h.claimed_at, 'claimed', 0), (h.finished_at, 'completed', 2)) AS d(at, kind, step)
+    WHERE h.state = 'completed' AND h.claimed_at IS NOT NULL
+) t
+ORDER BY t.job_id, t.at, t.attempt, t.step, t.seq;
+COMMENT ON VIEW pgsched.job_timeline IS
+    'Every transition of a job in order: recorded (job_events: the exceptions) and derived (jobs/job_history: the claim of a running attempt, the claim and completion of a completed job). Obeys the reader''s row-level security.';
+
 -- 90_grants.sql
 -- pgsched: privileges and row-level security (DESIGN §5).
 --
@@ -2593,8 +5643,15 @@ COMMENT ON VIEW pgsched.schedule_status IS
 --   pgsched_worker   claim, heartbeat, complete, fail, snooze, release, housekeeping;
 --                    reads everything, writes nothing directly
 --   pgsched_admin    both of the above, plus cancel, retry, queue pause/resume, config
---   pgsched_tenant_scoped  a marker: members see and write only the tenant named in
---                    the setting pgsched.tenant (nothing when it is missing)
+--   pgsched_command  enqueue command jobs (enqueue_command): programs that --commands
+--                    workers run; no other role can enqueue one (docs/security.md)
+--   pgsched_tenant_scoped  a marker: members are confined to the tenant their
+--                    login is bound to (bind_tenant); unbound, to nothing
+--
+-- Tenants are bound to login roles (pgsched.tenant_roles) and decided from
+-- session_user (see _tenant_scope), so SET ROLE and SET pgsched.tenant move
+-- no bound or scoped session. Only the owner can move a function's clock
+-- (_clock).
 --
 -- Applications connect as roles granted these, never as the owner. Every
 -- function that writes runs as SECURITY DEFINER with a fixed search_path.
@@ -2603,15 +5660,25 @@ REVOKE ALL ON SCHEMA pgsched FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgsched FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgsched FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgsched FROM PUBLIC;
-GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin, pgsched_command;
 
 GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 
+-- The clock check, called by invoker-rights functions too (it only refuses).
+GRANT EXECUTE ON FUNCTION pgsched._clock(timestamptz) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 -- Used by the row-level security policies, so callable by whoever reads.
-GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text), pgsched._tenant_scope()
+    TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 
-GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.schema_revision TO pgsched_enqueue;
-GRANT INSERT ON pgsched.jobs TO pgsched_enqueue;
+GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.enqueue_service, pgsched.schema_revision
+    TO pgsched_enqueue;
+GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
+-- Only the columns a user chooses: id, shard, created_at, state, leases and
+-- schedule links come from the database (a named one is permission denied).
+GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant, timeout, service,
+              trace_context, concurrency_key)
+    ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
     TO pgsched_enqueue;
@@ -2621,38 +5688,99 @@ GRANT EXECUTE ON FUNCTION
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
-    pgsched.schedule_error
+    pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards,
+    pgsched.rollup_queue_history,
+    -- code-defined schedules (@app.cron) only: see _check_schedule_write
+    pgsched.upsert_schedule
     TO pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested, pgsched.next_start TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
     pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
-    pgsched.schedule_status
+    pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history, pgsched.job_dependencies,
+    pgsched.job_timeline
     TO pgsched_worker;
 
-GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.pause_queue, pgsched.resume_queue,
-    pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule
+GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many,
+    pgsched.pause_queue, pgsched.resume_queue, pgsched.configure_queue,
+    pgsched.upsert_schedule, pgsched.remove_schedule, pgsched.pause_schedule, pgsched.resume_schedule,
+    pgsched.bind_tenant, pgsched.unbind_tenant
     TO pgsched_admin;
+GRANT SELECT ON pgsched.tenant_roles TO pgsched_admin;
+
 GRANT INSERT, UPDATE, DELETE ON pgsched.schedules TO pgsched_admin;
+-- The table's CHECK constraints run with the writer's rights.
+GRANT EXECUTE ON FUNCTION pgsched._valid_timezone(text) TO pgsched_admin;
 GRANT UPDATE ON pgsched.config TO pgsched_admin;
 GRANT INSERT, UPDATE, DELETE ON pgsched.tasks, pgsched.queues TO pgsched_admin;
+
+-- Command jobs run programs on --commands workers: their own grant, held by
+-- no other pgsched role (pgsched_admin included).
+GRANT EXECUTE ON FUNCTION pgsched.enqueue_command, pgsched.schema_revision TO pgsched_command;
 
 -- Views run with the caller's rights, so row-level security applies through them.
 ALTER VIEW pgsched.queue_stats SET (security_invoker = true);
 ALTER VIEW pgsched.dead_letters SET (security_invoker = true);
 ALTER VIEW pgsched.workers_live SET (security_invoker = true);
 ALTER VIEW pgsched.schedule_status SET (security_invoker = true);
+ALTER VIEW pgsched.queue_history SET (security_invoker = true);
 
+-- Row-level security. A policy computes the session's scope once per
+-- statement (the sub-selects are InitPlans); NULL means not confined. The
+-- owner's SECURITY DEFINER functions bypass it and confine tenants themselves.
 ALTER TABLE pgsched.jobs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY jobs_tenant ON pgsched.jobs
-    USING (pgsched._tenant_visible(tenant))
-    WITH CHECK (pgsched._tenant_visible(tenant));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
+    WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL
+                OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
 ALTER TABLE pgsched.job_history ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_history_tenant ON pgsched.job_history
-    USING (pgsched._tenant_visible(tenant));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+-- Events carry no tenant: a confined session sees none.
 ALTER TABLE pgsched.job_events ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_events_unscoped ON pgsched.job_events
-    USING (pgsched._tenant_visible(NULL));
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
+ALTER TABLE pgsched.idempotency_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idempotency_keys_tenant ON pgsched.idempotency_keys
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+ALTER TABLE pgsched.schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY schedules_tenant ON pgsched.schedules
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
+    WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL
+                OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+ALTER TABLE pgsched.schedule_occurrences ENABLE ROW LEVEL SECURITY;
+CREATE POLICY schedule_occurrences_unscoped ON pgsched.schedule_occurrences
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
+-- Shared by every tenant: readable by all who may read, written only by
+-- sessions that are not confined.
+DO $$
+DECLARE
+    v_table text;
+BEGIN
+    FOREACH v_table IN ARRAY ARRAY['config', 'tasks', 'queues'] LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE pgsched.%I ENABLE ROW LEVEL SECURITY', v_table);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY %I ON pgsched.%I USING (true) WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL)',
+            v_table || '_shared', v_table);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY %I ON pgsched.%I AS RESTRICTIVE FOR DELETE USING ((SELECT pgsched._tenant_scope()) IS NULL)',
+            v_table || '_shared_delete', v_table);
+    END LOOP;
+END
+$$;
+-- The rollup sums every tenant's work: only unconfined roles read it.
+ALTER TABLE pgsched.queue_minutes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
+-- Dependency rows carry no tenant: a confined session sees none.
+ALTER TABLE pgsched.job_dependencies ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_dependencies_unscoped ON pgsched.job_dependencies
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
 
 -- 99_bootstrap.sql
 -- pgsched: creates what depends on the install-time shard count, the default
@@ -2671,6 +5799,11 @@ BEGIN
             'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
             'autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)',
             'jobs_s' || s, s);
+        -- Workers and scanners vacuum the hot partitions themselves (see
+        -- vacuum_candidates); PostgreSQL 17 lets the owner say so.
+        IF pg_catalog.current_setting('server_version_num')::integer >= 170000 THEN
+            EXECUTE pg_catalog.format('GRANT MAINTAIN ON pgsched.%I TO pgsched_worker', 'jobs_s' || s);
+        END IF;
     END LOOP;
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pg_catalog.floor(pg_catalog.random() * %s)::smallint',
@@ -2683,5 +5816,6 @@ $$;
 
 CREATE TABLE pgsched.job_history_default PARTITION OF pgsched.job_history DEFAULT;
 CREATE TABLE pgsched.job_events_default PARTITION OF pgsched.job_events DEFAULT;
+CREATE TABLE pgsched.queue_minutes_default PARTITION OF pgsched.queue_minutes DEFAULT;
 
 SELECT pgsched.maintain();
