@@ -4,6 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Parallel test processes: most tests wait on PostgreSQL, a clock or a child process, so 4 beat 2 on two cores.
+TEST_WORKERS ?= 4
+# Which tiers `make test` runs (markers: unit, sql, worker, process, smoke; chaos is `make chaos`).
+TEST_MARKERS ?= not chaos
 
 .DEFAULT_GOAL := help
 
@@ -21,8 +25,8 @@ install: $(STAMP) ## Create the virtualenv (.venv) with pgsched and the test too
 demo: $(STAMP) ## Start the embedded PostgreSQL and run a real workload end to end
 	$(BIN)/pgsched demo
 
-test: $(STAMP) ## Run the test suite (real PostgreSQL; $$PGSCHED_TEST_DSN or the embedded server)
-	$(BIN)/pytest -m "not chaos" $(PYTEST_ARGS)
+test: $(STAMP) ## Run the test suite in parallel (real PostgreSQL: one embedded server per test process)
+	$(BIN)/pytest -m "$(TEST_MARKERS)" -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run the tests that need no database
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -1,4 +1,18 @@
-"""Fixtures: a real PostgreSQL for every test that touches data, and a fresh pgsched database per test."""
+"""Fixtures: a real PostgreSQL for every test that touches data, and a fresh pgsched database per test.
+
+Tiers, by what a test needs (each folder's tests carry its marker, so `-m` picks tiers):
+
+| marker  | folders                                          | what a test gets                                  |
+|---------|--------------------------------------------------|---------------------------------------------------|
+| unit    | tests/unit                                       | no database                                       |
+| sql     | tests/sql, scheduling, security, migrations, property | a rolled-back transaction on a shared database, or a database cloned from the template |
+| worker  | tests/integration                                | a database cloned ahead of time; workers in the test's process |
+| process | tests/e2e                                        | a cloned database; the real CLI, signals, browsers |
+| chaos   | tests/chaos, tests/ha                            | its own clusters and proxies (`make chaos`)       |
+
+Under pytest-xdist every worker process starts its own PostgreSQL (tests/pgserver.py), so nothing is
+shared between parallel tests but the machine.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +30,7 @@ from pgsched import App
 from pgsched.db import schema
 from tests.pgserver import database_dsn, test_server
 
-TEMPLATE = "pgsched_template"
+TEMPLATE = f"pgsched_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 # A suite started in the background by a shell without job control inherits Ctrl-C ignored, and so
 # would every child process it starts: the tests that press Ctrl-C on a child would then test
@@ -25,6 +39,26 @@ TEMPLATE = "pgsched_template"
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 _counter = itertools.count()
+
+_TIERS = {
+    "unit": "unit",
+    "sql": "sql",
+    "scheduling": "sql",
+    "security": "sql",
+    "migrations": "sql",
+    "property": "sql",
+    "integration": "worker",
+    "e2e": "process",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's tier."""
+    for item in items:
+        parts = item.nodeid.split("/")
+        tier = _TIERS.get(parts[1]) if len(parts) > 2 and parts[0] == "tests" else None
+        if tier:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +85,8 @@ def new_database(admin_dsn: str, template: str | None = None) -> tuple[str, str]
     name = f"t_{os.getpid()}_{next(_counter)}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         if template:
-            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+            # FILE_COPY: half the time of WAL_LOG for a small template (the test server runs with fsync off).
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
         else:
             conn.execute(f"CREATE DATABASE {name}")
     return name, database_dsn(admin_dsn, name)

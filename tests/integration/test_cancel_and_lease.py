@@ -16,6 +16,9 @@ from pgsched import App, JobContext
 from pgsched.runtime.heartbeater import Heartbeater
 from tests.integration.conftest import Running, events, job, wait_for, wait_state
 
+# Also run on the second PostgreSQL version CI tests (a smoke of the worker tier).
+pytestmark = pytest.mark.smoke
+
 StartWorker = Callable[..., Running]
 
 LEASE = 3.0  # heartbeats every second by default

@@ -11,6 +11,9 @@ import pytest
 from pgsched import App, InvalidJob, JobSpec, JobState, Ref
 from tests.integration.conftest import wait_for
 
+# Also run on the second PostgreSQL version CI tests (a smoke of the worker tier).
+pytestmark = pytest.mark.smoke
+
 
 def test_using_depends_on_takes_handles_and_ids(app: App) -> None:
     order: list[str] = []

@@ -12,6 +12,9 @@ import pytest
 from pgsched import App, IdempotencyConflict, InvalidJob, JobSpec
 from tests.integration.conftest import job
 
+# Also run on the second PostgreSQL version CI tests (a smoke of the worker tier).
+pytestmark = pytest.mark.smoke
+
 Conn = psycopg.Connection[Any]
 
 

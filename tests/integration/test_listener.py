@@ -8,9 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgsched import App
 from tests.integration.conftest import Running, wait_for, wait_state
+
+# Also run on the second PostgreSQL version CI tests (a smoke of the worker tier).
+pytestmark = pytest.mark.smoke
 
 StartWorker = Callable[..., Running]
 

@@ -16,6 +16,9 @@ from pgsched.runtime.vacuumer import Vacuumer
 from pgsched.runtime.worker import WorkerOptions
 from tests.integration.conftest import wait_for
 
+# Also run on the second PostgreSQL version CI tests (a smoke of the worker tier).
+pytestmark = pytest.mark.smoke
+
 JOBS = 24_000
 
 

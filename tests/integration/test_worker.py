@@ -18,6 +18,9 @@ import pytest
 from pgsched import App, GiveUp, JobContext, Retry, Snooze, current_job
 from tests.integration.conftest import Running, events, wait_all, wait_for, wait_state
 
+# Also run on the second PostgreSQL version CI tests (a smoke of the worker tier).
+pytestmark = pytest.mark.smoke
+
 StartWorker = Callable[..., Running]
 
 

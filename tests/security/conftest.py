@@ -118,7 +118,7 @@ def deployment(admin_dsn: str, secure_template: tuple[str, Owner]) -> Iterator[D
     name = f"s_{os.getpid()}_{next(_counter)}"
     with psycopg.connect(admin_dsn, autocommit=True) as su:
         su.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {} STRATEGY FILE_COPY").format(
                 sql.Identifier(name), sql.Identifier(template), sql.Identifier(owner.name)
             )
         )

@@ -1,4 +1,11 @@
-"""Fixtures of the SQL contract tests: the database clock and a LISTENing connection."""
+"""Fixtures of the SQL contract tests: a connection whose work is rolled back, the database clock, a listener.
+
+Most SQL contract tests need one connection and nothing committed: they share one database per test
+process and run inside a transaction rolled back at the end, each statement in its own savepoint so a
+statement that fails (as the tests of refusals expect) leaves the test's transaction usable, as it would
+in autocommit. A test that asks for `dsn` (a second connection, a LISTENer, a worker) or is marked
+`commits` gets a database of its own instead, and its `conn` commits as before.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,44 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from tests.conftest import drop_database, new_database
 from tests.sql.helpers import Conn, db_now
+
+# Fixtures that mean another connection will look at the test's data: it must be committed.
+_NEEDS_COMMITS = frozenset({"dsn", "listener", "app", "admin_dsn", "empty_dsn"})
+
+
+class _SavepointConnection(psycopg.Connection[dict[str, Any]]):
+    """Each execute() in a savepoint of the test's transaction: a failed statement undoes only itself."""
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool = False) -> Any:
+        if self.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            return super().execute(query, params, prepare=prepare, binary=binary)
+        with self.transaction():
+            return super().execute(query, params, prepare=prepare, binary=binary)
+
+
+@pytest.fixture(scope="session")
+def rollback_conn(admin_dsn: str, template_db: str) -> Iterator[Conn]:
+    """One pgsched database for this test process, whose tests never commit."""
+    name, url = new_database(admin_dsn, template_db)
+    try:
+        with _SavepointConnection.connect(url, autocommit=True, row_factory=dict_row) as c:
+            yield c
+    finally:
+        drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def conn(request: pytest.FixtureRequest) -> Iterator[Conn]:
+    """The test's connection: inside a transaction rolled back after the test, unless the test needs commits."""
+    if request.node.get_closest_marker("commits") or _NEEDS_COMMITS & set(request.fixturenames):
+        with psycopg.connect(request.getfixturevalue("dsn"), autocommit=True, row_factory=dict_row) as c:
+            yield c
+        return
+    shared: Conn = request.getfixturevalue("rollback_conn")
+    with shared.transaction(force_rollback=True):
+        yield shared
 
 
 @pytest.fixture

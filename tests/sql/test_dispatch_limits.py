@@ -186,6 +186,7 @@ def test_among_many_tenants_each_waits_about_tenants_over_batch_claims(conn: Con
 
 
 @pytest.mark.parametrize("bad", ["", "k" * 201])
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_a_concurrency_key_out_of_bounds_is_named_on_every_path(conn: Conn, bad: str) -> None:
     statements = [
         ("SELECT pgsched.enqueue('t', concurrency_key => %s)", [bad], "pgsched: concurrency_key"),

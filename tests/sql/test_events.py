@@ -132,6 +132,7 @@ def test_read_events_waits_for_a_transaction_that_commits_late(dsn: str, conn: C
     assert read(conn, rows[-1]["pos"]) == []
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_read_events_resumes_from_a_position_and_never_splits_a_transaction(conn: Conn) -> None:
     for _ in range(8):
         enqueue(conn)
@@ -147,6 +148,7 @@ def test_read_events_resumes_from_a_position_and_never_splits_a_transaction(conn
     assert {r["id"] for r in first + rest} == {j["id"] for j in jobs}
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_read_events_carries_the_error_of_a_dead_job(conn: Conn) -> None:
     enqueue(conn, max_attempts=1)
     job = claim_one(conn)

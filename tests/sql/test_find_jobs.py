@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from psycopg.types.json import Jsonb
 
 from tests.sql.helpers import Conn, cancel, claim_one, enqueue, fail, pair, retry
@@ -19,6 +20,7 @@ def find(conn: Conn, **filters: Any) -> list[int]:
     return [r["id"] for r in rows]
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_filters_combine_and_pages_follow_ids(conn: Conn, now: datetime) -> None:
     a = enqueue(conn, "mail.send", {"to": "a", "tags": ["x"]}, queue="mail", tenant="A")
     b = enqueue(conn, "mail.digest", {"to": "b"}, queue="digest")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from tests.sql.helpers import (
     Conn,
     cancel,
@@ -30,6 +32,7 @@ def kill(conn: Conn, job_id: int, error: str = "boom") -> None:
         fail(conn, *pair(got), error, retry_at=got["run_at"])
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_a_dead_job_is_redriven_under_its_id(conn: Conn, now: datetime) -> None:
     job_id = enqueue(
         conn,
@@ -77,6 +80,7 @@ def test_a_cancelled_job_is_redriven(conn: Conn) -> None:
     assert claim_one(conn)["id"] == job_id
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_attempts_keep_growing_across_redrives(conn: Conn) -> None:
     job_id = enqueue(conn, max_attempts=1)
     attempts = []
@@ -136,6 +140,7 @@ def test_a_redriven_job_holds_its_idempotency_key_again(conn: Conn) -> None:
     assert count(conn) == 1
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_dead_letters_show_only_the_latest_outcome(conn: Conn) -> None:
     job_id = enqueue(conn, max_attempts=1)
     kill(conn, job_id, "first")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from psycopg.types.json import Jsonb
 
 from tests.sql.helpers import (
@@ -71,6 +72,7 @@ def test_a_cancel_requested_service_whose_worker_died_ends_cancelled(conn: Conn,
     assert [h["state"] for h in history(conn, job_id)] == ["cancelled"]
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_one_service_alive_per_key_and_the_key_is_free_once_it_ended(conn: Conn, now: datetime) -> None:
     first = enqueue_service(conn, key="ingest")
     assert enqueue_service(conn, key="ingest") == first  # waiting

@@ -125,6 +125,7 @@ def test_the_grace_is_a_config_value(conn: Conn, now: datetime) -> None:
 
 
 @pytest.mark.parametrize("bad", [timedelta(0), timedelta(seconds=-1)])
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_a_timeout_must_be_positive(conn: Conn, bad: timedelta) -> None:
     with pytest.raises(psycopg.errors.CheckViolation, match="timeout"):
         enqueue(conn, timeout=bad)
@@ -286,6 +287,7 @@ def test_a_command_job_without_timeout_has_no_deadline_and_is_covered_by_its_lea
     assert row["last_error"].startswith("lease expired at")
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_the_command_timeout_margin_is_a_config_value_with_bounds(conn: Conn) -> None:
     assert scalar(conn, "SELECT command_timeout_margin FROM pgsched.config") == timedelta(seconds=30)
     assert job(conn, _enqueue_command(conn, timedelta(hours=1)))["timeout"] == timedelta(hours=1, seconds=30)  # type: ignore[index]

@@ -121,6 +121,7 @@ def test_dead_letters_list_dead_jobs_awaiting_a_decision(conn: Conn) -> None:
     assert row["died_at"] is not None
 
 
+@pytest.mark.commits  # its own transactions, or time that moves between statements
 def test_a_redriven_job_leaves_the_dead_letters(conn: Conn) -> None:
     job_id = enqueue(conn, max_attempts=1)
     fail(conn, *pair(claim_one(conn)))
