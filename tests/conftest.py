@@ -2,13 +2,12 @@
 
 Tiers, by what a test needs (each folder's tests carry its marker, so `-m` picks tiers):
 
-| marker  | folders                                          | what a test gets                                  |
-|---------|--------------------------------------------------|---------------------------------------------------|
-| unit    | tests/unit                                       | no database                                       |
-| sql     | tests/sql, scheduling, security, migrations, property | a rolled-back transaction on a shared database, or a database cloned from the template |
-| worker  | tests/integration                                | a database cloned ahead of time; workers in the test's process |
-| process | tests/e2e                                        | a cloned database; the real CLI, signals, browsers |
-| chaos   | tests/chaos, tests/ha                            | its own clusters and proxies (`make chaos`)       |
+- unit (tests/unit): no database.
+- sql (tests/sql, scheduling, security, migrations, property): a transaction rolled back after the
+  test on a database shared by the test process, or a database cloned from the template.
+- worker (tests/integration): a database cloned ahead of time; workers run in the test's process.
+- process (tests/e2e): a cloned database; the real CLI, signals, browsers and servers.
+- chaos (tests/chaos, tests/ha): its own clusters and proxies (`make chaos`).
 
 Under pytest-xdist every worker process starts its own PostgreSQL (tests/pgserver.py), so nothing is
 shared between parallel tests but the machine.
