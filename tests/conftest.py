@@ -48,6 +48,8 @@ _TIERS = {
     "property": "sql",
     "integration": "worker",
     "e2e": "process",
+    "chaos": "process",
+    "ha": "process",
 }
 
 

