@@ -26,7 +26,7 @@ demo: $(STAMP) ## Start the embedded PostgreSQL and run a real workload end to e
 	$(BIN)/pgsched demo
 
 test: $(STAMP) ## Run the test suite in parallel (real PostgreSQL: one embedded server per test process)
-	$(BIN)/pytest -m "$(TEST_MARKERS)" -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -m "$(TEST_MARKERS)" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run the tests that need no database
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

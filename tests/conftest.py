@@ -57,9 +57,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark each test with its folder's tier."""
     for item in items:
         parts = item.nodeid.split("/")
-        tier = _TIERS.get(parts[1]) if len(parts) > 2 and parts[0] == "tests" else None
-        if tier:
-            item.add_marker(getattr(pytest.mark, tier))
+        folder = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+        if folder in _TIERS:
+            item.add_marker(getattr(pytest.mark, _TIERS[folder]))
+
+
+# Tests that share an expensive module or session fixture run in one test process, so it is built once:
+# the chaos scenarios' cluster, the story played once per module, Django set up once.
+_SHARED_FIXTURES = (
+    "tests/chaos/",
+    "tests/e2e/test_demo_story.py",
+    "tests/integration/test_django.py",
+    "tests/property/test_schedule_expansion.py",
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: each test is its own unit of work, but those of _SHARED_FIXTURES go as one."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtures(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return next((group for group in _SHARED_FIXTURES if nodeid.startswith(group)), nodeid)
+
+    return SharedFixtures(config, log)
 
 
 @pytest.fixture(scope="session")
