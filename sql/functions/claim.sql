@@ -57,8 +57,12 @@ DECLARE
     -- A session confined to a tenant claims only that tenant's jobs.
     v_scope text := pgsched._tenant_scope();
 BEGIN
-    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
-        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
+    -- A lease under a second would run out before its first heartbeat could
+    -- renew it: the job would be lost to its worker as it is handed over.
+    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease < interval '1 second' THEN
+        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a lease of at least 1 second (got n %, lease %)',
+                        claim.n, claim.lease
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT c.shards INTO v_shards FROM pgsched.config c;
     SELECT pg_catalog.array_agg(q) INTO v_queues

@@ -152,7 +152,16 @@ def test_paused_queues_are_skipped_until_resumed(conn: Conn) -> None:
     assert paused in {r["id"] for r in claim(conn, queues=["paused"])}
 
 
-@pytest.mark.parametrize(("n", "lease"), [(0, timedelta(seconds=30)), (1, timedelta(0)), (1, -timedelta(seconds=1))])
+@pytest.mark.parametrize(
+    ("n", "lease"),
+    [
+        (0, timedelta(seconds=30)),
+        (1, timedelta(0)),
+        (1, -timedelta(seconds=1)),
+        # shorter than any heartbeat could renew: refused, not a job lost at once
+        (1, timedelta(milliseconds=999)),
+    ],
+)
 def test_claim_refuses_a_useless_request(conn: Conn, n: int, lease: timedelta) -> None:
     enqueue(conn)
     with refused("22023"):
