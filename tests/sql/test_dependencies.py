@@ -209,12 +209,12 @@ def test_a_job_names_at_most_1000_dependencies(conn: Conn) -> None:
         enqueue(conn, "y", depends_on=list(range(1, 50_001)))
     assert "at most 1000" in str(info.value)
     with refused("22023") as info:
-        enqueue_many(conn, ["y", "z"], depends_on=[[-1], ids + [ids[0] - 1]])
+        enqueue_many(conn, ["y", "z"], depends_on=[[-1], [*ids, ids[0] - 1]])
     assert "row 2 of the batch" in str(info.value)
     assert "at most 1000" in str(info.value)
     # a batch names at most 1000 distinct jobs outside it (each is held until the enqueue commits)
     with refused("22023") as info:
-        enqueue_many(conn, ["y", "z"], depends_on=[ids[:600], ids[400:] + [many]])
+        enqueue_many(conn, ["y", "z"], depends_on=[ids[:600], [*ids[400:], many]])
     assert "at most 1000" in str(info.value)
     assert count(conn) == before
 

@@ -106,9 +106,7 @@ def test_a_lease_that_ran_out_is_lost_to_its_worker_before_any_expiry(conn: Conn
     assert complete(conn, [pair(first[0])], now=later) == {first[0]["id"]: False}
     assert fail(conn, *pair(first[1]), now=later) == "lease_lost"
     assert snooze(conn, *pair(first[1]), later, now=later) == "lease_lost"
-    live = scalar(
-        conn, "SELECT count(*) FROM pgsched.jobs WHERE state = 'running' AND lease_expires_at > %s", [later]
-    )
+    live = scalar(conn, "SELECT count(*) FROM pgsched.jobs WHERE state = 'running' AND lease_expires_at > %s", [later])
     assert live == 2
     assert heartbeat(conn, [pair(j) for j in second], now=later) == {j["id"]: (True, False) for j in second}
     assert complete(conn, [pair(j) for j in second], now=later) == {j["id"]: True for j in second}
