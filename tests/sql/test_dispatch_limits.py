@@ -112,6 +112,20 @@ def test_a_lease_that_ran_out_is_lost_to_its_worker_before_any_expiry(conn: Conn
     assert complete(conn, [pair(j) for j in second], now=later) == {j["id"]: True for j in second}
 
 
+def test_a_limited_queue_keeps_priority_strict_across_shards(conn: Conn) -> None:
+    configure(conn, concurrency=1000)
+    high = enqueue_many(conn, ["t"] * 60, priorities=[10] * 60)
+    low = enqueue(conn, priority=0)
+    order: list[int] = []
+    for _ in range(20):
+        got = claim(conn, 4)  # limited claims rotate their first shard by themselves
+        if not got:
+            break
+        order += [r["id"] for r in got]
+    assert sorted(order) == sorted([*high, low])
+    assert order[-1] == low
+
+
 def test_per_key_concurrency(conn: Conn, dsn: str) -> None:
     configure(conn, key_concurrency=2)
     for key in ("customer:1", "customer:2"):
