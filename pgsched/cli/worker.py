@@ -132,7 +132,12 @@ def worker_options(fn: F) -> F:
             "--labels", default="", help="Comma-separated labels this worker offers (jobs may require labels)."
         ),
         click.option("--name", default=None, help="Worker name [default: host:pid:random]."),
-        click.option("--burst", is_flag=True, help="Exit 0 once no due work is left."),
+        click.option(
+            "--burst",
+            is_flag=True,
+            help="Exit 0 once no due work is left: nothing due, nothing running here, no completion of its own "
+            "still being written; due jobs held back by a queue's limits or rate are waited for (and logged).",
+        ),
         click.option(
             "--no-listen",
             is_flag=True,

@@ -128,6 +128,22 @@ WITH RECURSIVE q AS (
 )
 SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 
+-- name: held_back
+-- For a --burst worker whose claim came back empty: the due jobs of its
+-- queues (unpaused, with labels it offers) that it may claim once a limit
+-- reopens (a concurrency slot, a rate window, a per-key limit) or a claim in
+-- flight commits, per queue, counted up to 10000, with the queue's limits.
+SELECT d.queue, pg_catalog.count(*) AS due, d.concurrency, d.key_concurrency, d.rate, d.key_rate
+FROM (SELECT j.queue, q.concurrency, q.key_concurrency, q.rate, q.key_rate
+      FROM pgsched.jobs j
+      LEFT JOIN pgsched.queues q ON q.name = j.queue
+      WHERE j.state = 'available' AND j.queue = ANY (%s::text[])
+        AND (j.labels = '{}' OR j.labels <@ %s::text[])
+        AND q.paused IS NOT TRUE
+      LIMIT 10000) d
+GROUP BY d.queue, d.concurrency, d.key_concurrency, d.rate, d.key_rate
+ORDER BY d.queue;
+
 -- name: unserved_queues
 -- Queues with due jobs that are not paused and that no live worker serves
 -- (by name or by '*'), with how many jobs wait and for how long.

@@ -34,6 +34,7 @@ from pgsched.db.settings import is_embedded_fallback
 from pgsched.errors import ConfigurationError
 from pgsched.observe.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.observe.redact import describe
+from pgsched.runtime import burst
 from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
@@ -53,6 +54,7 @@ UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live
 # Worker.run()'s exit code when abandoned handler threads piled up: restart the process
 # (`pgsched worker` re-executes itself; with --recycle exit it exits with it, EX_TEMPFAIL).
 RECYCLE_EXIT_CODE = 75
+BURST_REPEAT = 30.0  # seconds between repeats of an unchanged --burst "held back" line
 
 
 @dataclass(kw_only=True)
@@ -164,6 +166,8 @@ class Worker:
         self._last_claim = 0.0
         self._rate_wait: float | None = None  # set when every queue is at its rate limit
         self._next_rate_check = 0.0
+        self._burst_said = ""  # the last --burst "held back" line, and when it was logged
+        self._burst_said_at = 0.0
         self.metrics = WorkerMetrics(
             name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
         )
@@ -349,6 +353,8 @@ class Worker:
                 # Every queue is at its rate limit: no claim can start a job before
                 # then, so wake-ups are no reason to claim again.
                 wait, self._rate_wait = self._rate_wait, None
+                if opts.burst:
+                    log.info("--burst: every queue is at its rate limit; waiting %.1fs for the next start", wait)
                 self._stopping.wait(wait)
                 continue
             self._wake.wait(opts.poll_interval)
@@ -416,11 +422,29 @@ class Worker:
             log.debug("every queue is at its rate limit: next start in %.3fs", self._rate_wait)
 
     def _drained(self) -> bool:
-        """For --burst: promote what is due and check that nothing is claimable right now."""
+        """For --burst, with nothing running here: whether to stop.
+
+        Not while a completion of ours is still being written (it may release dependents), nor while anything is
+        claimable, nor while due jobs wait only for a limit or a rate window to reopen (burst.py): those it
+        waits for, saying so in the log.
+        """
         assert self._claim_db is not None
+        opts = self.options
+        if self._completer is not None and not self._completer.drain(opts.poll_interval):
+            return False
         conn = self._claim_db.get()
         conn.execute(queries.PROMOTE_DUE)
-        return self._claim(min(self.capacity, self.options.max_claim)) == 0
+        if self._claim(min(self.capacity, opts.max_claim)) > 0:
+            return False
+        waiting = burst.held_back(conn, self._queues.current(conn), opts.labels)
+        if not waiting:
+            return True
+        wait = opts.poll_interval if self._rate_wait is None else self._rate_wait
+        said, now = burst.describe(waiting), time.monotonic()
+        if said != self._burst_said or now - self._burst_said_at >= BURST_REPEAT:
+            log.info("--burst: %s held back; checking again in %.1fs", said, wait)
+            self._burst_said, self._burst_said_at = said, now
+        return False
 
     def _housekeeping(self) -> None:
         """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""

@@ -12,8 +12,10 @@
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
 -- Under fairness, the tenants with due jobs (one index probe each) are taken
 -- in turn (round robin), ceil(n / tenants) jobs each, heads first.
--- Without fairness, shards are read one at a time from a rotating one (as
--- claim() does for a busy worker), so a batch is usually one statement.
+-- Without fairness, as claim() does for a busy worker: the best due
+-- priority over all shards, its jobs read one shard at a time from a
+-- rotating one (a batch is usually one statement), then what it could not
+-- fill in strict order over all shards, so priority holds across shards.
 -- Per-key limits skip jobs whose key is full, reading at most 1000
 -- candidates per shard. Like claim(), it writes no audit event (the row
 -- keeps claimed_at; see pgsched.job_timeline).
@@ -54,6 +56,8 @@ DECLARE
     v_shard smallint;
     v_sids bigint[];
     v_nshards integer;
+    v_group text;
+    v_rank integer;
 BEGIN
     SELECT * INTO v_q FROM pgsched.queues q WHERE q.name = p_queue;
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -132,8 +136,20 @@ BEGIN
             v_shards := v_shards || v_cand.shard;
         END LOOP;
     ELSE
-        -- Shard by shard from a rotating one, as claim() does for a busy
-        -- worker: the batch usually comes from one partition, one statement.
+        -- As claim() does for a busy worker: the best due level (priority)
+        -- over all shards, its jobs shard by shard from a rotating one (the
+        -- batch usually comes from one partition, one statement), then the
+        -- rest in strict order over all shards at once.
+        SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
+        FROM pgsched.jobs j
+        WHERE j.state = 'available' AND j.queue = p_queue
+          AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+          AND (p_scope IS NULL OR j.tenant = p_scope)
+        ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+        LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
         SELECT c.shards INTO v_nshards FROM pgsched.config c;
         SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
         FROM pgsched.lease_token_seq s;
@@ -144,6 +160,7 @@ BEGIN
                 SELECT j.id, j.shard, j.concurrency_key
                 FROM pgsched.jobs j
                 WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
+                  AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
                   AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
                   AND (p_scope IS NULL OR j.tenant = p_scope)
                 ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
@@ -159,6 +176,26 @@ BEGIN
                 v_shards := v_shards || v_cand.shard;
             END LOOP;
         END LOOP;
+        IF pg_catalog.cardinality(v_ids) < v_k THEN
+            FOR v_cand IN
+                SELECT j.id, j.shard, j.concurrency_key
+                FROM pgsched.jobs j
+                WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
+                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+                  AND (p_scope IS NULL OR j.tenant = p_scope)
+                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+                LIMIT v_scan
+            LOOP
+                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+                    CONTINUE WHEN v_left <= 0;
+                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+                END IF;
+                v_ids := v_ids || v_cand.id;
+                v_shards := v_shards || v_cand.shard;
+            END LOOP;
+        END IF;
     END IF;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;

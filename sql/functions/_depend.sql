@@ -9,9 +9,14 @@
 -- (history) is met; one dead or cancelled applies the policy at once
 -- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive).
 -- A job with nothing left to wait for is made due (_release). A bad
--- element, a reference to the row itself or a later one, or an id this
--- session cannot see (another tenant's, or none) raises naming the row
--- (p_batch) and the value; the caller's insert is rolled back with it.
+-- element, a reference to the row itself or a later one, an id this
+-- session cannot see (another tenant's, or none), or one not smaller than
+-- the job's own (ids are drawn in order, so every edge points to an older
+-- job and no cycle can form, not even through predicted ids) raises naming
+-- the row (p_batch) and the value; the caller's insert is rolled back.
+-- Bounds: a job names at most 1000 dependencies, and one call at most 1000
+-- distinct jobs outside its batch (each is locked until commit: the lock
+-- table is shared and small).
 CREATE OR REPLACE FUNCTION pgsched._depend(
     p_ids      bigint[],
     p_shards   smallint[],
@@ -38,7 +43,21 @@ DECLARE
     v_outside bigint[];
     v_met bigint[];
     v_job pgsched.jobs;
+    v_max constant integer := 1000;
 BEGIN
+    SELECT u.ord, pg_catalog.jsonb_array_length(u.deps) AS n INTO v_bad
+    FROM unnest(p_deps) WITH ORDINALITY AS u(deps, ord)
+    WHERE pg_catalog.jsonb_typeof(u.deps) = 'array' AND pg_catalog.jsonb_array_length(u.deps) > v_max
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: %depends_on names % jobs: a job depends on at most % jobs',
+                CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END,
+                v_bad.n, v_max
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on',
+                  HINT = 'Chain a job that depends on the others in groups, or enqueue the group as one batch.';
+    END IF;
+
     SELECT u.ord, u.deps, u.policy, e.v,
            CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait') THEN 'policy'
                 WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' THEN 'shape'
@@ -97,6 +116,12 @@ BEGIN
         RETURN;
     END IF;
 
+    IF pg_catalog.cardinality(v_outside) > v_max THEN
+        RAISE EXCEPTION 'pgsched: depends_on names % jobs outside the batch: one call depends on at most % of them',
+                pg_catalog.cardinality(v_outside), v_max
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on',
+                  HINT = 'Enqueue the batch in parts, or name jobs of the batch by reference.';
+    END IF;
     IF v_outside IS NOT NULL THEN
         -- A redrive (retry) of a dead or cancelled dependency waits for this
         -- transaction (it takes the same lock, exclusively), so a dependency
@@ -137,6 +162,22 @@ BEGIN
                 USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on',
                       HINT = 'A job can depend on jobs this session can see, active or in the history.';
         END IF;
+    END IF;
+
+    -- Every edge points to an older job (a smaller id; ids are drawn in
+    -- order), so no cycle can form: not on the job itself, not between rows
+    -- of this call named by their predicted ids, not through a later job.
+    SELECT e.ord, e.dep, e.job INTO v_bad
+    FROM unnest(v_ords, v_on, v_jobs) AS e(ord, dep, job)
+    WHERE e.dep >= e.job
+    ORDER BY e.ord
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: %depends_on %: a job can depend only on jobs enqueued before it (its own id is %)',
+                CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END,
+                v_bad.dep, v_bad.job
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on',
+                  HINT = 'Within a batch, name earlier rows (-1 is the first row): ids grow in enqueue order.';
     END IF;
 
     -- Rows for every dependency not met: active ones, and failed ones a job waits out.

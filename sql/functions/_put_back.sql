@@ -3,7 +3,9 @@
 -- without spending its failure budget: max_attempts grows by one, so the
 -- attempt counter keeps growing (every run has a new attempt and token) while
 -- the job keeps as many failures as it had. A job whose cancellation was
--- requested is cancelled instead. Returns the new state, or 'lease_lost'.
+-- requested is cancelled instead. Returns the new state, or 'lease_lost'
+-- (a stale token, or a lease that ran out before p_now: expire_leases hands
+-- that job back, and claim() already counts its slot free).
 --
 -- Hand-backs are bounded: a started run handed back by a worker shutting
 -- down (p_kind 'released') counts in `handbacks`; the one past
@@ -36,7 +38,7 @@ BEGIN
     SELECT j.leased_by INTO v_worker FROM pgsched.jobs j WHERE j.id = p_job_id AND j.lease_token = p_token;
     DELETE FROM pgsched.jobs j
     WHERE p_kind = 'released'
-      AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running' AND j.lease_expires_at > p_now
       AND j.cancel_requested_at IS NULL AND j.started_at IS NOT NULL
       AND j.handbacks >= v_max_handbacks AND NOT j.service
       AND (v_scope IS NULL OR j.tenant = v_scope)
@@ -56,7 +58,7 @@ BEGIN
         max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
         handbacks = j.handbacks + (p_kind = 'released' AND j.started_at IS NOT NULL AND NOT j.service)::integer,
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
-    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running' AND j.lease_expires_at > p_now
       AND j.cancel_requested_at IS NULL
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
@@ -75,7 +77,7 @@ BEGIN
     END IF;
 
     DELETE FROM pgsched.jobs j
-    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running' AND j.lease_expires_at > p_now
       AND j.cancel_requested_at IS NOT NULL
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;

@@ -4,7 +4,8 @@
 -- pgsched.job_history as 'completed' with its result (its claim and
 -- completion are read from that row: pgsched.job_timeline; no audit event).
 -- A stale token (the lease expired and the job was handed to someone else, or
--- it already finished) changes nothing. Returns one row per input job saying
+-- it already finished) changes nothing, and so does a lease that has run out
+-- although no one has expired it yet (claim() already counts its slot free). Returns one row per input job saying
 -- whether it was accepted. Each accepted job sends its status event on
 -- pgsched_events when pgsched.config.events is on (docs/events.md). Waiting
 -- jobs whose last dependency this completes become due in the same
@@ -24,6 +25,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    -- The lease is checked against the clock when the statement runs, as claim() reads it.
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_config pgsched.config;
     v_scope text := pgsched._tenant_scope();
 BEGIN
@@ -41,6 +44,7 @@ BEGIN
         DELETE FROM pgsched.jobs j
         USING input u
         WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+          AND j.lease_expires_at > v_live
           AND (u.shard IS NULL OR j.shard = u.shard)
           AND (v_scope IS NULL OR j.tenant = v_scope)  -- tokens are guessable, tenants are not
         RETURNING j.*, u.result

@@ -3,7 +3,8 @@
 -- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
 -- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
 -- 'cancelled' (cancellation had been requested). A stale token changes
--- nothing and returns 'lease_lost'. A result (a command's exit code and
+-- nothing and returns 'lease_lost', as does a lease that has run out (even
+-- before expire_leases handed the job back: its slot is already free). A result (a command's exit code and
 -- output) is kept with the failed attempt's event, and in the history row
 -- when the job ends here.
 --
@@ -27,6 +28,8 @@ DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
+    -- The lease is checked against the clock when the statement runs, as claim() reads it.
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_scope text := pgsched._tenant_scope();
 BEGIN
     UPDATE pgsched.jobs j
@@ -42,7 +45,7 @@ BEGIN
           AND (v_scope IS NULL OR j2.tenant = v_scope)
     ) v
     WHERE j.id = v.id AND j.shard = v.shard
-      AND j.lease_token = fail.token AND j.state = 'running'
+      AND j.lease_token = fail.token AND j.state = 'running' AND j.lease_expires_at > v_live
       AND NOT coalesce(fail.final, false)
       AND j.attempt < j.max_attempts
       AND j.cancel_requested_at IS NULL
@@ -65,6 +68,7 @@ BEGIN
 
     DELETE FROM pgsched.jobs j
     WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND j.lease_expires_at > v_live
       AND (v_scope IS NULL OR j.tenant = v_scope)
       AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
     RETURNING j.* INTO v_job;

@@ -7,8 +7,10 @@
 -- A finished job appears once, as its latest run, and not at all while a
 -- redrive of it is active. Keyset pagination: p_before is the last id of the
 -- previous page; p_max_id bounds the set (so a confirmed bulk action touches
--- only the jobs that were there). Runs with the caller's rights: row-level
--- security confines a tenant-bound session to its tenant.
+-- only the jobs that were there). A page is 1 to 10000 jobs (p_limit; NULL
+-- would be every match, a scan of the whole history): larger sets are read
+-- page by page. Runs with the caller's rights: row-level security confines a
+-- tenant-bound session to its tenant.
 CREATE OR REPLACE FUNCTION pgsched.find_jobs(
     p_task   text        DEFAULT NULL,
     p_states text[]      DEFAULT NULL,
@@ -25,9 +27,17 @@ CREATE OR REPLACE FUNCTION pgsched.find_jobs(
 RETURNS TABLE (id bigint, queue text, state text, task text, args jsonb, priority integer, attempt integer,
                max_attempts integer, run_at timestamptz, worker text, error text, tenant text,
                created_at timestamptz, finished_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'pgsched: find_jobs p_limit must be between 1 and 10000, not %', coalesce(p_limit::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Read more page by page: p_before => the last id of the previous page.';
+    END IF;
+    RETURN QUERY
     WITH active AS (
         SELECT j.id, j.queue, j.state::text AS state, j.task, j.args, j.priority, j.attempt, j.max_attempts,
                j.run_at, j.leased_by AS worker, j.last_error AS error, j.tenant, j.created_at,
@@ -67,7 +77,8 @@ AS $$
         ORDER BY h.id DESC
         LIMIT p_limit
     )
-    SELECT * FROM (SELECT * FROM active UNION ALL SELECT * FROM finished) found
-    ORDER BY found.id DESC
-    LIMIT p_limit
+    SELECT * FROM (SELECT * FROM active UNION ALL SELECT * FROM finished) f
+    ORDER BY f.id DESC
+    LIMIT p_limit;
+END
 $$;

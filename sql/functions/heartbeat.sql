@@ -8,6 +8,10 @@
 -- are skipped rather than waited for, so heartbeats never deadlock with
 -- completions; such a job still counts as held when its token is current in
 -- this statement's snapshot, and the next heartbeat extends it.
+-- A lease that has run out is not held, whether or not expire_leases has
+-- handed the job back yet: from that moment claim() counts its slot free
+-- (a queue's concurrency limit), so extending it would let two leases
+-- stand where one was allowed.
 CREATE OR REPLACE FUNCTION pgsched.heartbeat(
     job_ids bigint[],
     tokens  bigint[],
@@ -22,6 +26,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    -- The lease is checked against the clock when the statement runs, as claim() reads it.
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_scope text := pgsched._tenant_scope();
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
@@ -37,12 +43,12 @@ BEGIN
         SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
+        WHERE j.state = 'running' AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
+        WHERE j.state = 'running' AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
         UPDATE pgsched.jobs j

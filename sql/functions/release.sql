@@ -13,7 +13,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    -- the clock now, not at transaction start: a lease that ran out is not handed back (_put_back)
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
 BEGIN
     RETURN QUERY
     SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', v_now)

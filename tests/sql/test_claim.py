@@ -124,6 +124,31 @@ def test_one_pass_claims_in_priority_order_across_shards(conn: Conn, now: dateti
     assert claim(conn, 10, start_shard=None) == []
 
 
+def test_priority_is_strict_across_shards_whichever_shard_a_claim_starts_at(conn: Conn, now: datetime) -> None:
+    high = enqueue_many(conn, ["t"] * 200, priorities=[10] * 200)
+    low = insert_on_shard(conn, 3, priority=0, run_at=now - timedelta(hours=1))  # older, on one shard
+    order: list[int] = []
+    for i in itertools.count():
+        got = claim(conn, 7, start_shard=i % 8)
+        if not got:
+            break
+        order += [r["id"] for r in got]
+    assert sorted(order) == sorted([*high, low])
+    assert order[-1] == low  # number 201 of 201
+    # one batch larger than a shard's share: every priority-10 job before the priority-0 one
+    more = enqueue_many(conn, ["t"] * 40, priorities=[10] * 40)
+    lower = insert_on_shard(conn, 5, priority=0)
+    assert {r["id"] for r in claim(conn, 40, start_shard=5)} == set(more)
+    assert [r["id"] for r in claim(conn, 40, start_shard=5)] == [lower]
+
+
+def test_ties_still_spread_over_shards_from_the_start_shard(conn: Conn) -> None:
+    ids = {s: [insert_on_shard(conn, s, priority=1) for _ in range(3)] for s in range(8)}
+    insert_on_shard(conn, 0, priority=0)
+    got = claim(conn, 3, start_shard=4)
+    assert {r["id"] for r in got} == set(ids[4])  # one partition, one statement: no claimers piling up
+
+
 def test_one_pass_leases_each_job_once_with_its_shard(conn: Conn) -> None:
     ids = {insert_on_shard(conn, s): s for s in range(8)}
     rows = claim(conn, 5, start_shard=None) + claim(conn, 5, start_shard=None)
@@ -152,7 +177,16 @@ def test_paused_queues_are_skipped_until_resumed(conn: Conn) -> None:
     assert paused in {r["id"] for r in claim(conn, queues=["paused"])}
 
 
-@pytest.mark.parametrize(("n", "lease"), [(0, timedelta(seconds=30)), (1, timedelta(0)), (1, -timedelta(seconds=1))])
+@pytest.mark.parametrize(
+    ("n", "lease"),
+    [
+        (0, timedelta(seconds=30)),
+        (1, timedelta(0)),
+        (1, -timedelta(seconds=1)),
+        # shorter than any heartbeat could renew: refused, not a job lost at once
+        (1, timedelta(milliseconds=999)),
+    ],
+)
 def test_claim_refuses_a_useless_request(conn: Conn, n: int, lease: timedelta) -> None:
     enqueue(conn)
     with refused("22023"):

@@ -168,6 +168,57 @@ def test_a_batch_refuses_forward_references_and_unknown_ids_naming_the_row(conn:
     assert edges(conn) == []
 
 
+def next_job_id(conn: Conn) -> int:
+    """The id the next enqueue will draw (the sequence is not cached: ids come one by one)."""
+    return int(scalar(conn, "SELECT pg_catalog.nextval('pgsched.jobs_id_seq')")) + 1
+
+
+def test_no_job_depends_on_its_own_or_a_later_id(conn: Conn) -> None:
+    """Ids are drawn in order, so edges that point only to smaller ids make a cycle impossible."""
+    earlier = enqueue(conn, "x")
+    own = next_job_id(conn)
+    with refused("22023") as info:
+        enqueue(conn, "y", depends_on=[earlier, own])  # its own predicted id
+    assert f"depends_on {own}" in str(info.value)
+    assert "enqueued before it" in str(info.value)
+    first = next_job_id(conn)
+    with refused("22023") as info:
+        # a two-row batch naming each other's predicted ids: each would wait for the other for ever
+        enqueue_many(conn, ["a", "b"], depends_on=[[first + 1], [first]])
+    assert "row 1 of the batch" in str(info.value)
+    first = next_job_id(conn)
+    with refused("22023") as info:
+        enqueue_many(conn, ["a", "b", "c"], depends_on=[[], [first + 2], []])  # a row after it, by its id
+    assert "row 2 of the batch" in str(info.value)
+    assert count(conn) == 1
+    assert edges(conn) == []
+    # an earlier row of the same batch named by its id is an edge backwards, as a reference is
+    start = next_job_id(conn)
+    a, b = enqueue_many(conn, ["a", "b"], depends_on=[[], [start]])
+    assert (a, b) == (start, start + 1)
+    assert edges(conn) == [(a, b)]
+
+
+def test_a_job_names_at_most_1000_dependencies(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["x"] * 1000)
+    many = enqueue(conn, "y", depends_on=ids)
+    assert state(conn, many) == "waiting"
+    assert len(edges(conn)) == 1000
+    before = count(conn)
+    with refused("22023") as info:
+        enqueue(conn, "y", depends_on=list(range(1, 50_001)))
+    assert "at most 1000" in str(info.value)
+    with refused("22023") as info:
+        enqueue_many(conn, ["y", "z"], depends_on=[[-1], [*ids, ids[0] - 1]])
+    assert "row 2 of the batch" in str(info.value)
+    assert "at most 1000" in str(info.value)
+    # a batch names at most 1000 distinct jobs outside it (each is held until the enqueue commits)
+    with refused("22023") as info:
+        enqueue_many(conn, ["y", "z"], depends_on=[ids[:600], [*ids[400:], many]])
+    assert "at most 1000" in str(info.value)
+    assert count(conn) == before
+
+
 def test_a_batch_row_whose_key_is_held_stands_for_the_holder(conn: Conn) -> None:
     held = enqueue(conn, "x", idempotency_key="k1")
     x, y = enqueue_many(conn, ["x", "y"], idempotency_keys=["k1", None], depends_on=[[], [-1]])

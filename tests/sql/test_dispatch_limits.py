@@ -12,7 +12,18 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from tests.sql.helpers import Conn, claim, complete, enqueue, enqueue_many, pair, scalar
+from tests.sql.helpers import (
+    Conn,
+    claim,
+    complete,
+    enqueue,
+    enqueue_many,
+    fail,
+    heartbeat,
+    pair,
+    scalar,
+    snooze,
+)
 from tests.sql.test_dispatch_aging import configure
 
 T = TypeVar("T")
@@ -80,6 +91,39 @@ def test_an_expired_lease_frees_its_slot_without_any_repair(conn: Conn, now: dat
     assert len(later) == 2
     assert running(conn) == 4  # two of them stale, still 'running' until expire_leases
     assert claim(conn, 5, now=now + timedelta(seconds=12)) == []
+
+
+def test_a_lease_that_ran_out_is_lost_to_its_worker_before_any_expiry(conn: Conn, now: datetime) -> None:
+    configure(conn, concurrency=2)
+    enqueue_many(conn, ["t"] * 5)
+    first = claim(conn, 5, lease=timedelta(seconds=1), now=now)
+    assert len(first) == 2
+    later = now + timedelta(seconds=2)  # no expire_leases has run: the rows still say 'running'
+    second = claim(conn, 5, worker="w2", now=later)
+    assert len(second) == 2
+    # The first worker comes back late: every fenced call of it is refused, so only two hold a lease.
+    assert heartbeat(conn, [pair(j) for j in first], now=later) == {j["id"]: (False, False) for j in first}
+    assert complete(conn, [pair(first[0])], now=later) == {first[0]["id"]: False}
+    assert fail(conn, *pair(first[1]), now=later) == "lease_lost"
+    assert snooze(conn, *pair(first[1]), later, now=later) == "lease_lost"
+    live = scalar(conn, "SELECT count(*) FROM pgsched.jobs WHERE state = 'running' AND lease_expires_at > %s", [later])
+    assert live == 2
+    assert heartbeat(conn, [pair(j) for j in second], now=later) == {j["id"]: (True, False) for j in second}
+    assert complete(conn, [pair(j) for j in second], now=later) == {j["id"]: True for j in second}
+
+
+def test_a_limited_queue_keeps_priority_strict_across_shards(conn: Conn) -> None:
+    configure(conn, concurrency=1000)
+    high = enqueue_many(conn, ["t"] * 60, priorities=[10] * 60)
+    low = enqueue(conn, priority=0)
+    order: list[int] = []
+    for _ in range(20):
+        got = claim(conn, 4)  # limited claims rotate their first shard by themselves
+        if not got:
+            break
+        order += [r["id"] for r in got]
+    assert sorted(order) == sorted([*high, low])
+    assert order[-1] == low
 
 
 def test_per_key_concurrency(conn: Conn, dsn: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.sql.helpers import Conn, cancel, claim_one, enqueue, fail, pair, retry
+from tests.sql.helpers import Conn, cancel, claim_one, enqueue, enqueue_many, fail, pair, refused, retry
 from tests.sql.test_roles import MakeRole, connect, make_role  # noqa: F401 (make_role is a fixture)
 
 
@@ -57,3 +57,12 @@ def test_a_tenant_bound_session_finds_only_its_tenant(conn: Conn, make_role: Mak
         assert find(scoped, p_tenant="B") == []
     with connect(make_role("pgsched_enqueue")) as reader:
         assert find(reader) == [nobody, theirs, mine]
+
+
+@pytest.mark.parametrize("limit", [None, 0, -1, 10_001, 2_147_483_647])
+def test_a_page_is_1_to_10000_jobs(conn: Conn, limit: int | None) -> None:
+    enqueue_many(conn, ["t"] * 3)
+    with refused("22023") as info:
+        find(conn, p_limit=limit)
+    assert "p_limit" in str(info.value)
+    assert len(find(conn, p_limit=10_000)) == 3

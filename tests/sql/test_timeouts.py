@@ -277,6 +277,10 @@ def test_a_command_job_without_timeout_has_no_deadline_and_is_covered_by_its_lea
     at = now + timedelta(seconds=1)
     got = _claim_command(conn, at)
     assert start(conn, [pair(got)], now=at) == {job_id: ("started", None)}
+    # a heartbeat keeps it held however long it runs
+    assert heartbeat(conn, [pair(got)], lease=timedelta(hours=20), now=at + timedelta(seconds=10)) == {
+        job_id: (True, False)
+    }
     assert heartbeat(conn, [pair(got)], now=at + timedelta(hours=20)) == {job_id: (True, False)}
     assert expire_leases(conn, now=at + timedelta(hours=20, seconds=10)) == 0  # beating: it runs as long as it likes
     # its worker dies: no more heartbeats, the lease runs out and the job runs again

@@ -73,10 +73,11 @@ def test_oldest_due_age_counts_available_and_overdue_scheduled_jobs(conn: Conn, 
 def test_lag_percentiles_over_the_last_five_minutes(conn: Conn, now: datetime) -> None:
     due = now - timedelta(minutes=10)
     enqueue_many(conn, ["t"] * 100, queues=["q"] * 100, run_ats=[due] * 100)
-    claimed = [claim_one(conn, queues=["q"], now=due + timedelta(seconds=i)) for i in range(1, 101)]
+    hour = timedelta(hours=1)  # leases that last until the completions below
+    claimed = [claim_one(conn, queues=["q"], lease=hour, now=due + timedelta(seconds=i)) for i in range(1, 101)]
     complete(conn, [pair(c) for c in claimed], now=now)
     enqueue(conn, queue="q", run_at=due)
-    old = claim_one(conn, queues=["q"], now=due + timedelta(seconds=3))
+    old = claim_one(conn, queues=["q"], lease=hour, now=due + timedelta(seconds=3))
     complete(conn, [pair(old)], now=now - timedelta(minutes=6))  # outside the window
     q = stats(conn)["q"]
     assert q["completed_5m"] == 100
