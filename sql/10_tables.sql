@@ -156,8 +156,11 @@ CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expire
     WHERE expires_at IS NOT NULL;
 
 -- Task policies, registered by workers at start (and by hand if wanted).
+-- A policy with tenant NULL is shared by every tenant and set only by an
+-- unconfined role; a tenant's own policy (registered by a login bound to it)
+-- wins, as a whole, for that tenant's jobs and applies to no other tenant.
 CREATE TABLE pgsched.tasks (
-    name           text        PRIMARY KEY,
+    name           text        NOT NULL,
     queue          text        NOT NULL DEFAULT 'default',
     max_attempts   integer,
     backoff_base   interval,
@@ -166,13 +169,17 @@ CREATE TABLE pgsched.tasks (
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     timeout        interval,
     labels         text[],     -- default labels of the task's jobs (a worker pool); NULL: the queue's
+    tenant         text,       -- NULL: every tenant's policy; else that tenant's own
+    CONSTRAINT tasks_name_tenant UNIQUE NULLS NOT DISTINCT (name, tenant),
+    CONSTRAINT tasks_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
     CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
     CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
     CONSTRAINT tasks_timeout_positive CHECK (timeout > interval '0')
 );
-COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
+COMMENT ON TABLE pgsched.tasks IS
+    'Per-task policy; a tenant''s own row (tenant) wins for its jobs over the shared one (tenant NULL); NULL columns fall back to pgsched.config.';
 
 -- Queue controls: pause stops claims; backoff overrides the install default;
 -- the dispatch policy (set with pgsched.configure_queue, docs/dispatch.md):
