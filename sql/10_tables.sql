@@ -40,6 +40,7 @@ CREATE TABLE pgsched.jobs (
     service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
@@ -135,7 +136,7 @@ CREATE TABLE pgsched.job_events (
     detail  jsonb,
     CONSTRAINT job_events_kind_valid CHECK (kind IN (
         'claimed', 'completed', 'failed', 'dead', 'snoozed', 'released', 'cancel_requested',
-        'cancelled', 'lease_expired', 'retried', 'lease_lost'))
+        'cancelled', 'lease_expired', 'retried', 'lease_lost', 'passed_over'))
 ) PARTITION BY RANGE (at);
 COMMENT ON TABLE pgsched.job_events IS
     'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
@@ -231,7 +232,8 @@ CREATE TABLE pgsched.workers (
     started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     running    integer     NOT NULL DEFAULT 0,
-    version    text
+    version    text,
+    tasks      text[]      -- the tasks it runs; NULL: not reported (taken as any task)
 );
 
 -- Per-minute, per-queue rollup of finished work, failures, start lag, run time

@@ -46,6 +46,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue
 
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
+    pgsched.pass_over,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,

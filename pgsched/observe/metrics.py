@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 ACTIVE_STATES: Final = ("scheduled", "waiting", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")
 # What became of a job a worker ran: the label values of pgsched_worker_jobs_total{outcome}.
-OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost")
+# passed_over: a job of a task this worker does not know, handed back for one that knows it.
+OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost", "passed_over")
 CLAIM_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # Seconds, for handler run time and start lag: milliseconds to an hour.
 JOB_BUCKETS: Final = (

@@ -137,7 +137,16 @@ class Worker:
         self._shard_cursor = random.randrange(1024)
         self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
         self._next_unserved_check = 0.0
-        self.counts = {"claimed": 0, "completed": 0, "failed": 0, "snoozed": 0, "dead": 0, "lost": 0, "cancelled": 0}
+        self.counts = {
+            "claimed": 0,
+            "completed": 0,
+            "failed": 0,
+            "snoozed": 0,
+            "dead": 0,
+            "lost": 0,
+            "cancelled": 0,
+            "passed_over": 0,
+        }
         self._recycle = False
         self._executor = Executor(
             self.options.concurrency,
@@ -312,6 +321,7 @@ class Worker:
                 list(self.options.labels),
                 self.options.concurrency,
                 VERSION,
+                sorted(self.app.tasks),
             ),
         )
 
@@ -373,8 +383,10 @@ class Worker:
             if not at_once:
                 with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
                     return [(job, None, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
+            params = dict(zip(("worker", "queues", "n", "lease", "labels", "start_shard"), claim_args, strict=True))
+            params.update(at_once=at_once, tasks=list(self.app.tasks))
             with conn.cursor(row_factory=dict_row) as cur:
-                rows = cur.execute(queries.CLAIM_AND_START, (*claim_args, at_once, at_once, at_once)).fetchall()
+                rows = cur.execute(queries.CLAIM_AND_START, params).fetchall()
             return [(ClaimedJob(**_claimed(row)), row["started"], row["timeout"]) for row in rows]
 
         started = time.perf_counter()
@@ -383,8 +395,13 @@ class Worker:
         self._queues.claimed(n, len(jobs))
         if len(jobs) < n:
             self._check_rate_limits()
+        claimed = len(jobs)
+        unknown = [job for job, _, _ in jobs if job.task not in self.app.tasks]
+        if unknown:
+            self._pass_over(unknown)
+            jobs = [entry for entry in jobs if entry[0].task in self.app.tasks]
         if not jobs:
-            return 0
+            return claimed
         contexts = [_context(job, self.name, outcome, timeout) for job, outcome, timeout in jobs]
         with self._lock:
             for ctx in contexts:
@@ -395,7 +412,42 @@ class Worker:
             if due is not None:
                 ctx._due_at_claim = (due, claimed_at)
         self._executor.submit_many(contexts)
-        return len(jobs)
+        return claimed
+
+    def _pass_over(self, jobs: list[ClaimedJob]) -> None:
+        """Hand back jobs of tasks this worker does not know, for a worker that knows them (pgsched.pass_over):
+        their attempt is given back; the database sends one dead only once no live worker has registered its task
+        for pgsched.config.unserved_task_timeout."""
+        assert self._claim_db is not None
+        ids = [job.id for job in jobs]
+        tokens = [job.lease_token for job in jobs]
+        try:
+            rows = self._claim_db.call(lambda c: c.execute(queries.PASS_OVER, (ids, tokens)).fetchall())
+        except psycopg.Error as exc:
+            log.error("could not hand back %d jobs of unknown tasks (%s); their leases will expire", len(ids), exc)
+            return
+        outcomes = dict(rows)
+        for job in jobs:
+            outcome = outcomes.get(job.id, "lease_lost")
+            extra = {"job_id": job.id, "task": job.task, "queue": job.queue}
+            self.metrics.count(job.queue, job.task, "dead" if outcome == "dead" else "passed_over")
+            if outcome == "dead":
+                self.counts["dead"] += 1
+                log.error(
+                    "job %s is dead: no live worker has registered its task %r for the unserved task timeout",
+                    job.id,
+                    job.task,
+                    extra=extra,
+                )
+            else:
+                self.counts["passed_over"] += 1
+                log.warning(
+                    "job %s: task %r is not registered in this worker; handed back (%s) for a worker that knows it",
+                    job.id,
+                    job.task,
+                    outcome,
+                    extra=extra,
+                )
 
     def _check_rate_limits(self) -> None:
         """After a short claim: if every queue is at its rate limit, sleep until the next start is allowed.

@@ -38,6 +38,7 @@ BEGIN
     ), stamped AS (
         UPDATE pgsched.jobs j
         SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END,
+            unserved_since = NULL,  -- a worker that knows its task runs it
             deadline_at = CASE WHEN j.cancel_requested_at IS NULL
                 THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
                                                   WHERE t.name = j.task AND (t.tenant IS NULL OR t.tenant = j.tenant)

@@ -20,14 +20,14 @@ def register(conn: Conn, tasks: list[dict[str, Any]]) -> int:
 
 def policy_of(owner: Conn, job_id: int) -> dict[str, Any]:
     """What a job took from the task policy: max_attempts, labels, and the run limit start() sets."""
-    row = owner.execute("SELECT max_attempts, labels, tenant, shard FROM pgsched.jobs WHERE id = %s", [job_id]).fetchone()
+    row = owner.execute(
+        "SELECT max_attempts, labels, tenant, shard FROM pgsched.jobs WHERE id = %s", [job_id]
+    ).fetchone()
     assert row is not None
     return row
 
 
-def test_a_tenant_bound_workers_task_policy_applies_to_its_own_tenant_only(
-    deployment: Deployment, owner: Conn
-) -> None:
+def test_a_tenant_bound_workers_task_policy_applies_to_its_own_tenant_only(deployment: Deployment, owner: Conn) -> None:
     acme = deployment.login("pgsched_worker", "pgsched_enqueue", tenant="acme")
     globex = deployment.login("pgsched_worker", "pgsched_enqueue", tenant="globex")
     assert register(acme, HOSTILE) == 1
@@ -50,7 +50,8 @@ def test_a_tenant_bound_workers_task_policy_applies_to_its_own_tenant_only(
     assert started is not None
     assert started["timeout"] is None
     row = owner.execute("SELECT deadline_at FROM pgsched.jobs WHERE id = %s", [lease["id"]]).fetchone()
-    assert row is not None and row["deadline_at"] is None
+    assert row is not None
+    assert row["deadline_at"] is None
     failed = scalar(globex, "SELECT pgsched.fail(%s, %s, 'boom')", [lease["id"], lease["lease_token"]])
     assert failed == "scheduled"  # not dead: max_attempts 5, not acme's 1
 
@@ -59,7 +60,8 @@ def test_a_tenant_bound_workers_task_policy_applies_to_its_own_tenant_only(
     row = owner.execute(
         "SELECT max_attempts, labels FROM pgsched.jobs WHERE tenant = 'globex' ORDER BY id DESC LIMIT 1"
     ).fetchone()
-    assert row is not None and (row["max_attempts"], row["labels"]) == (5, [])
+    assert row is not None
+    assert (row["max_attempts"], row["labels"]) == (5, [])
 
 
 def test_only_an_unconfined_role_sets_the_policy_every_tenant_shares(deployment: Deployment, owner: Conn) -> None:
