@@ -83,8 +83,8 @@ class WorkerOptions:
     stats: dict[str, int] = field(default_factory=dict)
     pool: str = "thread"  # sync handlers on threads, or "process": in child processes (docs/timeouts.md)
     app_ref: str | None = None  # MODULE:ATTRIBUTE of the app, for the process pool's children
-    max_abandoned: int | None = None  # abandoned overrunning threads before recycling (default: concurrency // 2, >= 1)
-    loop_block_timeout: float = 10.0  # seconds the event loop may be blocked before its other jobs are let go (0: off)
+    max_abandoned: int | None = None  # abandoned threads and event loops before recycling (default: concurrency // 2)
+    loop_block_timeout: float = 10.0  # seconds the event loop may be blocked before it is abandoned (0: off)
 
     def validate(self) -> None:
         if not self.queues:
@@ -157,7 +157,6 @@ class Worker:
             max_abandoned=self.options.max_abandoned,
             on_recycle=self._on_recycle,
             loop_block_timeout=self.options.loop_block_timeout,
-            on_loop_blocked=self._on_loop_blocked,
         )
         self._completer: Completer | None = None
         self._starter: Starter | None = None
@@ -174,7 +173,11 @@ class Worker:
         self._rate_wait: float | None = None  # set when every queue is at its rate limit
         self._next_rate_check = 0.0
         self.metrics = WorkerMetrics(
-            name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
+            name=self.name,
+            concurrency=self.options.concurrency,
+            running=lambda: len(self._held),
+            version=VERSION,
+            loops_abandoned=lambda: self._executor.loops_abandoned,
         )
         self._metrics_server: MetricsServer | None = None
 
@@ -611,19 +614,12 @@ class Worker:
     def _on_recycle(self, abandoned: int) -> None:
         if not self._recycle:
             log.error(
-                "%d handler threads abandoned after overrunning their timeouts: recycling this worker "
-                "(no new claims; running jobs get --shutdown-timeout to finish; then the process restarts)",
+                "%d handler threads (or event loops) abandoned to handlers that overran or blocked them: recycling "
+                "this worker (no new claims; running jobs get --shutdown-timeout to finish; then the process restarts)",
                 abandoned,
             )
             self._recycle = True
             self.stop()
-
-    def _on_loop_blocked(self, blocker: JobContext | None, stuck: list[JobContext], _seconds: float) -> None:
-        """Let go of the jobs behind a blocked event loop: no more renewals, their results discarded."""
-        for ctx in stuck:
-            if not ctx.lease_lost:
-                ctx._mark_lease_lost()
-                self._executor.cancel_async(ctx.id)
 
     def _on_cancel_requested(self, job_id: int) -> None:
         with self._lock:
