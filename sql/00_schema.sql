@@ -58,6 +58,8 @@ CREATE TABLE pgsched.config (
     timeout_grace         interval    NOT NULL DEFAULT '5 seconds',  -- past a run's deadline_at before housekeeping fails it
     max_handbacks         integer     NOT NULL DEFAULT 3,  -- shutdown hand-backs of an unfinished run before it is dead
     command_timeout_margin interval   NOT NULL DEFAULT '30 seconds',  -- a command job's timeout column: its timeout + this
+    -- a job whose task no live worker of its queue has registered for this long goes dead (pgsched.pass_over)
+    unserved_task_timeout interval    NOT NULL DEFAULT '10 minutes',
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
@@ -75,7 +77,9 @@ CREATE TABLE pgsched.config (
     CONSTRAINT config_timeout_grace_range CHECK (timeout_grace BETWEEN interval '0' AND interval '1 day'),
     CONSTRAINT config_max_handbacks_range CHECK (max_handbacks BETWEEN 0 AND 1000000),
     CONSTRAINT config_command_timeout_margin_range CHECK (
-        command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day')
+        command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day'),
+    CONSTRAINT config_unserved_task_timeout_range CHECK (
+        unserved_task_timeout BETWEEN interval '1 second' AND interval '365 days')
 );
 COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 

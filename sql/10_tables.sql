@@ -40,6 +40,7 @@ CREATE TABLE pgsched.jobs (
     service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
@@ -135,7 +136,7 @@ CREATE TABLE pgsched.job_events (
     detail  jsonb,
     CONSTRAINT job_events_kind_valid CHECK (kind IN (
         'claimed', 'completed', 'failed', 'dead', 'snoozed', 'released', 'cancel_requested',
-        'cancelled', 'lease_expired', 'retried', 'lease_lost'))
+        'cancelled', 'lease_expired', 'retried', 'lease_lost', 'passed_over'))
 ) PARTITION BY RANGE (at);
 COMMENT ON TABLE pgsched.job_events IS
     'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
@@ -156,8 +157,11 @@ CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expire
     WHERE expires_at IS NOT NULL;
 
 -- Task policies, registered by workers at start (and by hand if wanted).
+-- A policy with tenant NULL is shared by every tenant and set only by an
+-- unconfined role; a tenant's own policy (registered by a login bound to it)
+-- wins, as a whole, for that tenant's jobs and applies to no other tenant.
 CREATE TABLE pgsched.tasks (
-    name           text        PRIMARY KEY,
+    name           text        NOT NULL,
     queue          text        NOT NULL DEFAULT 'default',
     max_attempts   integer,
     backoff_base   interval,
@@ -166,13 +170,17 @@ CREATE TABLE pgsched.tasks (
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     timeout        interval,
     labels         text[],     -- default labels of the task's jobs (a worker pool); NULL: the queue's
+    tenant         text,       -- NULL: every tenant's policy; else that tenant's own
+    CONSTRAINT tasks_name_tenant UNIQUE NULLS NOT DISTINCT (name, tenant),
+    CONSTRAINT tasks_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
     CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
     CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
     CONSTRAINT tasks_timeout_positive CHECK (timeout > interval '0')
 );
-COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
+COMMENT ON TABLE pgsched.tasks IS
+    'Per-task policy; a tenant''s own row (tenant) wins for its jobs over the shared one (tenant NULL); NULL columns fall back to pgsched.config.';
 
 -- Queue controls: pause stops claims; backoff overrides the install default;
 -- the dispatch policy (set with pgsched.configure_queue, docs/dispatch.md):
@@ -224,7 +232,8 @@ CREATE TABLE pgsched.workers (
     started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     running    integer     NOT NULL DEFAULT 0,
-    version    text
+    version    text,
+    tasks      text[]      -- the tasks it runs; NULL: not reported (taken as any task)
 );
 
 -- Per-minute, per-queue rollup of finished work, failures, start lag, run time

@@ -20,6 +20,11 @@ CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
 CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
     WHERE state = 'available' AND labels <> '{}';
 
+-- Jobs passed over while no live worker knew their task: what the
+-- unserved-tasks check reads (no other job enters it).
+CREATE INDEX jobs_unserved_idx ON pgsched.jobs (queue, task)
+    WHERE unserved_since IS NOT NULL;
+
 CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
 -- Recent history (queue_stats' last five minutes): rows arrive in finished_at
 -- order, so a BRIN index finds them for a fraction of a btree's upkeep.

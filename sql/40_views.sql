@@ -79,14 +79,16 @@ COMMENT ON VIEW pgsched.dead_letters IS
     'Dead jobs awaiting a decision: SELECT pgsched.retry(id) redrives one.';
 
 -- workers_live: workers seen in the last minute, with what they hold now:
--- jobs whose handler runs, and jobs claimed that wait for a slot.
+-- jobs whose handler runs, and jobs claimed that wait for a slot; the tasks
+-- it runs (NULL: not reported).
 CREATE OR REPLACE VIEW pgsched.workers_live AS
 SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
        EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
        (SELECT pg_catalog.count(*) FROM pgsched.jobs j
         WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NOT NULL) AS running, w.version,
        (SELECT pg_catalog.count(*) FROM pgsched.jobs j
-        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed
+        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed,
+       w.tasks
 FROM pgsched.workers w
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';

@@ -46,6 +46,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue
 
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
+    pgsched.pass_over,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
@@ -123,7 +124,7 @@ DO $$
 DECLARE
     v_table text;
 BEGIN
-    FOREACH v_table IN ARRAY ARRAY['config', 'tasks', 'queues'] LOOP
+    FOREACH v_table IN ARRAY ARRAY['config', 'queues'] LOOP
         EXECUTE pg_catalog.format('ALTER TABLE pgsched.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE pg_catalog.format(
             'CREATE POLICY %I ON pgsched.%I USING (true) WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL)',
@@ -134,6 +135,16 @@ BEGIN
     END LOOP;
 END
 $$;
+-- Task policies: the shared ones (tenant NULL) and a confined session's own
+-- tenant's are readable to it; only unconfined sessions write the table
+-- directly (register_tasks writes a confined session's own policies).
+ALTER TABLE pgsched.tasks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tasks_tenant ON pgsched.tasks
+    USING ((SELECT pgsched._tenant_scope()) IS NULL OR tenant IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
+    WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL);
+CREATE POLICY tasks_tenant_delete ON pgsched.tasks AS RESTRICTIVE FOR DELETE
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
 -- The rollup sums every tenant's work: only unconfined roles read it.
 ALTER TABLE pgsched.queue_minutes ENABLE ROW LEVEL SECURITY;
 CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes

@@ -59,6 +59,7 @@
 \ir functions/maintain.sql
 \ir functions/next_due.sql
 \ir functions/next_start.sql
+\ir functions/pass_over.sql
 \ir functions/pause_queue.sql
 \ir functions/pause_schedule.sql
 \ir functions/promote_due.sql

@@ -222,6 +222,27 @@ def check_unserved_labels(conn: psycopg.Connection[dict[str, Any]]) -> Check:
     )
 
 
+def check_unserved_tasks(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    """Jobs handed back because no live worker of their queue has registered their task: dead at the timeout."""
+    from pgsched.db import queries
+
+    rows = conn.execute(queries.UNSERVED_TASKS).fetchall()
+    if not rows:
+        return Check("unserved tasks", OK, "every job handed back for its task has a live worker that knows it")
+    described = "; ".join(
+        f"{r['jobs']} of {r['task']} in {r['queue']} (unserved {float(r['unserved_s']):.0f}s, "
+        f"dead in {float(r['dead_in_s']):.0f}s)"
+        for r in rows[:5]
+    )
+    more = f" and {len(rows) - 5} more tasks" if len(rows) > 5 else ""
+    return Check(
+        "unserved tasks",
+        FAIL,
+        f"jobs whose task no live worker has registered: {described}{more}; start a worker of the application "
+        "that defines the task (pgsched.config.unserved_task_timeout says how long they wait)",
+    )
+
+
 def check_processes(conn: psycopg.Connection[dict[str, Any]]) -> list[Check]:
     workers = conn.execute(
         "SELECT count(*) AS n, coalesce(sum(running), 0) AS running FROM pgsched.workers_live"
@@ -343,6 +364,7 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
         checks.append(check_dead_tuples(conn, limits))
         checks += check_jobs(conn, limits)
         checks.append(check_unserved_labels(conn))
+        checks.append(check_unserved_tasks(conn))
         checks += check_processes(conn)
         checks += check_schedules(conn)
         checks.append(check_notify_queue(conn))

@@ -132,6 +132,7 @@ def snapshot(conn: Conn, since: timedelta | None = None, *, replica: bool = Fals
         "workers": conn.execute(WORKERS).fetchall(),
         "policies": conn.execute(queries.QUEUE_POLICIES).fetchall(),
         "unserved_labels": conn.execute(queries.UNSERVED_LABELS).fetchall(),
+        "unserved_tasks": conn.execute(queries.UNSERVED_TASKS).fetchall(),
     }
     if since is not None:
         snap["since_s"] = since.total_seconds()
@@ -173,7 +174,7 @@ def _worker_cells(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dispatch_parts(snap: dict[str, Any]) -> list[RenderableType]:
-    """The dispatch policies table, and a warning table for due jobs no live worker's labels can take."""
+    """The dispatch policies table, and warning tables for jobs no live worker can take: by labels, by task."""
     from pgsched.api.dispatch import describe
 
     parts: list[RenderableType] = []
@@ -193,6 +194,19 @@ def _dispatch_parts(snap: dict[str, Any]) -> list[RenderableType]:
         ]
         headings = ["queue", "labels", "due jobs", "oldest due", "workers of the queue"]
         parts.append(build_table(rows, headings, title="UNSERVED: due jobs whose labels no live worker offers"))
+    if snap.get("unserved_tasks"):
+        rows = [
+            {
+                "queue": u["queue"],
+                "task": u["task"],
+                "jobs": u["jobs"],
+                "unserved for": format_seconds(u["unserved_s"]),
+                "dead in": format_seconds(u["dead_in_s"]),
+            }
+            for u in snap["unserved_tasks"]
+        ]
+        headings = ["queue", "task", "jobs", "unserved for", "dead in"]
+        parts.append(build_table(rows, headings, title="UNSERVED: jobs whose task no live worker has registered"))
     return parts
 
 

@@ -179,8 +179,8 @@ def worker_options(fn: F) -> F:
             "max_abandoned",
             type=click.IntRange(1, None),
             default=None,
-            help="Thread pool: recycle the worker process once this many threads are still stuck in handlers "
-            "that overran their timeout [default: concurrency / 2, at least 1].",
+            help="Recycle the worker process once this many threads are still stuck in handlers that overran "
+            "their timeout, or in event loops a handler blocked [default: concurrency / 2, at least 1].",
         ),
         click.option(
             "--recycle",
@@ -196,8 +196,9 @@ def worker_options(fn: F) -> F:
             type=click.FloatRange(0, None),
             default=10.0,
             show_default=True,
-            help="Seconds the async handlers' event loop may stay blocked before the worker logs the job "
-            "blocking it and stops renewing the leases of the jobs behind it (0: off).",
+            help="Seconds the async handlers' event loop may stay blocked before the worker abandons it: the job "
+            "blocking it fails, the others on it are handed back, a fresh loop runs the next ones (0: off). "
+            "Abandoned loops count toward --max-abandoned-threads.",
         ),
     ]
     for option in reversed(options):

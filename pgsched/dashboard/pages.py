@@ -303,12 +303,30 @@ def _dispatch(data: Mapping[str, Any]) -> Safe:
         ),
         empty="",
     )
+    tasks = data.get("unserved_tasks", [])
+    task_warning = table(
+        (
+            Column("queue"),
+            Column("task"),
+            Column("jobs", "num"),
+            Column("unserved for", "num"),
+            Column("dead in", "num"),
+        ),
+        (
+            [_queue_link(u["queue"]), u["task"], number(u["jobs"]), _age(u["unserved_s"]), _age(u["dead_in_s"])]
+            for u in tasks
+        ),
+        empty="",
+    )
     return fmt(
-        "<h2>Dispatch policies</h2>{policies}<h2>Worker pools</h2>{pools}{unserved}",
+        "<h2>Dispatch policies</h2>{policies}<h2>Worker pools</h2>{pools}{unserved}{tasks}",
         policies=policies,
         pools=pools,
         unserved=fmt('<h3 class="bad">Due jobs whose labels no live worker offers</h3>{t}', t=warning)
         if unserved
+        else "",
+        tasks=fmt('<h3 class="bad">Jobs whose task no live worker has registered</h3>{t}', t=task_warning)
+        if tasks
         else "",
     )
 

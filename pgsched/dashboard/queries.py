@@ -311,6 +311,7 @@ class Store:
             "policies": await self.rows(queries.QUEUE_POLICIES),
             "pools": await self.rows(queries.WORKER_POOLS),
             "unserved_labels": await self.rows(queries.UNSERVED_LABELS),
+            "unserved_tasks": await self.rows(queries.UNSERVED_TASKS),
         }
 
     async def queue(self, queue: str, *, state: str | None, before: int | None, limit: int) -> dict[str, Any]:

@@ -40,18 +40,21 @@ SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempot
        priority, tenant, created_at, lease_expires_at, trace_context
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
--- The claim, and in the same round trip the start of its first jobs (as many as
--- the last parameters say): those that take a free handler slot at once.
+-- The claim, and in the same round trip the start of its first jobs (up to
+-- at_once, of the tasks the worker knows): those that take a free handler slot at once.
 -- name: claim_and_start
 WITH c AS MATERIALIZED (
     SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
            priority, tenant, created_at, lease_expires_at, trace_context, pg_catalog.row_number() OVER () AS n
-    FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s)
+    FROM pgsched.claim(%(worker)s, %(queues)s::text[], %(n)s, %(lease)s::interval, %(labels)s::text[],
+                       %(start_shard)s)
 ), s AS MATERIALIZED (
     SELECT s.job_id, s.outcome, s.timeout
-    FROM pgsched.start(ARRAY(SELECT c.id FROM c WHERE c.n <= %s ORDER BY c.n),
-                       ARRAY(SELECT c.lease_token FROM c WHERE c.n <= %s ORDER BY c.n),
-                       ARRAY(SELECT c.shard FROM c WHERE c.n <= %s ORDER BY c.n)) s
+    FROM pgsched.start(ARRAY(SELECT c.id FROM c WHERE c.n <= %(at_once)s AND c.task = ANY (%(tasks)s) ORDER BY c.n),
+                       ARRAY(SELECT c.lease_token FROM c WHERE c.n <= %(at_once)s AND c.task = ANY (%(tasks)s)
+                             ORDER BY c.n),
+                       ARRAY(SELECT c.shard FROM c WHERE c.n <= %(at_once)s AND c.task = ANY (%(tasks)s)
+                             ORDER BY c.n)) s
 )
 SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
        c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, c.trace_context, s.outcome AS started,
@@ -111,7 +114,11 @@ SELECT pgsched.maintain();
 SELECT pgsched.register_tasks(%s);
 
 -- name: register_worker
-SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s);
+SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s, %s::text[]);
+
+-- Jobs of tasks this worker does not know, handed back for a worker that knows them.
+-- name: pass_over
+SELECT job_id, outcome FROM pgsched.pass_over(%s::bigint[], %s::bigint[]);
 
 -- name: unregister_worker
 SELECT pgsched.unregister_worker(%s);
@@ -225,6 +232,28 @@ WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues q WHERE q.name = g.queue AND q.pa
   AND NOT EXISTS (SELECT 1 FROM pgsched.workers_live w
                   WHERE (g.queue = ANY (w.queues) OR '*' = ANY (w.queues)) AND g.labels <@ w.labels)
 ORDER BY g.queue, g.labels;
+
+-- name: unserved_tasks
+-- Jobs a worker passed over (pgsched.pass_over) because no live worker of
+-- their queue had registered their task, and still none has: how many, for
+-- how long, and how long until they go dead (config.unserved_task_timeout;
+-- they go dead when a worker next passes them over after it). Only such jobs
+-- are read (a partial index).
+WITH g AS (
+    SELECT j.queue, j.task, pg_catalog.count(*) AS jobs, pg_catalog.min(j.unserved_since) AS since
+    FROM pgsched.jobs j
+    WHERE j.unserved_since IS NOT NULL
+    GROUP BY j.queue, j.task
+)
+SELECT g.queue, g.task, g.jobs,
+       EXTRACT(EPOCH FROM pg_catalog.now() - g.since)::double precision AS unserved_s,
+       greatest(EXTRACT(EPOCH FROM g.since + c.unserved_task_timeout - pg_catalog.now()), 0)::double precision
+           AS dead_in_s
+FROM g CROSS JOIN pgsched.config c
+WHERE NOT EXISTS (SELECT 1 FROM pgsched.workers_live w
+                  WHERE (g.queue = ANY (w.queues) OR '*' = ANY (w.queues))
+                    AND (w.tasks IS NULL OR g.task = ANY (w.tasks)))
+ORDER BY g.queue, g.task;
 
 -- name: worker_pools
 -- Which live workers serve which labels: one row per distinct label set offered.

@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 ACTIVE_STATES: Final = ("scheduled", "waiting", "available", "running")
 FINISHED_STATES: Final = ("completed", "dead", "cancelled")
 # What became of a job a worker ran: the label values of pgsched_worker_jobs_total{outcome}.
-OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost")
+# passed_over: a job of a task this worker does not know, handed back for one that knows it.
+OUTCOMES: Final = ("completed", "retried", "snoozed", "dead", "cancelled", "lost", "passed_over")
 CLAIM_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # Seconds, for handler run time and start lag: milliseconds to an hour.
 JOB_BUCKETS: Final = (
@@ -193,12 +194,19 @@ class WorkerMetrics(Collector):
     """
 
     def __init__(
-        self, *, name: str = "", concurrency: int = 0, running: Callable[[], int] | None = None, version: str = ""
+        self,
+        *,
+        name: str = "",
+        concurrency: int = 0,
+        running: Callable[[], int] | None = None,
+        version: str = "",
+        loops_abandoned: Callable[[], int] | None = None,
     ) -> None:
         self.name = name
         self.concurrency = concurrency
         self.running: Callable[[], int] = running or (lambda: 0)
         self.version = version
+        self.loops_abandoned: Callable[[], int] = loops_abandoned or (lambda: 0)
         self.claim_seconds = Histogram(
             "pgsched_claim_seconds",
             "Time of one claim round trip (pgsched.claim of a batch), in seconds.",
@@ -318,6 +326,11 @@ class WorkerMetrics(Collector):
             "pgsched_worker_running", "Jobs this worker holds now: running, or leased and waiting for a slot.", running
         )
         yield GaugeMetricFamily("pgsched_worker_concurrency", "Handler slots of this worker.", self.concurrency)
+        yield CounterMetricFamily(
+            "pgsched_worker_loops_abandoned",
+            "Event loops this worker abandoned to an async handler that blocked them past --loop-block-timeout.",
+            value=self.loops_abandoned(),
+        )
         info = GaugeMetricFamily("pgsched_worker_info", "This worker's name and version.", labels=["worker", "version"])
         info.add_metric([self.name, self.version], 1)
         yield info

@@ -11,6 +11,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pgsched.core.job import JobContext, _current
@@ -151,7 +152,12 @@ class Executor:
     asks the worker to restart its process. With ``pool="process"``, each
     slot runs sync handlers in a child process (loaded from ``app_ref``),
     killed and replaced when a run overruns. With ``loop_block_timeout``, a
-    watchdog reports an event loop blocked that long (``on_loop_blocked``).
+    watchdog sees an event loop blocked that long: the loop is abandoned
+    (its thread left to the blocking call, counted with the abandoned
+    threads) and a fresh loop runs the coroutines that come next. The job
+    blocking it fails (an attempt counted); the jobs that were on it are
+    handed back without spending one (a snooze of no delay); their slots are
+    free again; ``on_loop_blocked`` is told.
     """
 
     def __init__(
@@ -188,6 +194,8 @@ class Executor:
         self._on_loop_blocked = on_loop_blocked
         self._watch: LoopWatch | None = None
         self._loop_jobs: dict[int, JobContext] = {}  # jobs handed to the event loop, until they finish
+        self._gone: dict[int, JobContext] = {}  # id(ctx) -> ctx of jobs settled when their loop was abandoned
+        self.loops_abandoned = 0  # event loops given up because a handler blocked them
         self._lock = threading.Lock()
         self._waiting: deque[JobContext] = deque()
         self._running = 0
@@ -225,16 +233,17 @@ class Executor:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 self._loop = loop
+                self._started = threading.Event()  # a fresh loop after an abandoned one: wait for it again
                 self._loop_thread = threading.Thread(target=self._run_loop, name="pgsched-async", daemon=True)
                 self._loop_thread.start()
                 self._started.wait()
-                if self._loop_block_timeout > 0 and self._on_loop_blocked is not None:
+                if self._loop_block_timeout > 0:
                     self._watch = LoopWatch(
                         loop,
                         self._loop_thread,
                         threshold=self._loop_block_timeout,
                         jobs=self._stuck_jobs,
-                        on_blocked=self._on_loop_blocked,
+                        on_blocked=functools.partial(self._abandon_loop, loop),
                         frames={run_async.__code__, Executor._tracked.__code__},
                     )
                     self._watch.start()
@@ -246,10 +255,84 @@ class Executor:
             return [*self._loop_jobs.values(), *self._waiting]
 
     def _run_loop(self) -> None:
-        assert self._loop is not None
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(self._started.set)
-        self._loop.run_forever()
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        loop.call_soon(self._started.set)
+        loop.run_forever()
+        with self._loop_lock:
+            abandoned = loop is not self._loop
+        if abandoned:
+            # Its blocking call returned at last: end what is left on it (settled already), and the thread.
+            pending = asyncio.all_tasks(loop)
+            for running in pending:
+                running.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+            with self._lock:
+                self.abandoned -= 1
+            log.info("an abandoned event loop ran again; what was left on it is cancelled, and its thread exits")
+
+    def _abandon_loop(
+        self, loop: asyncio.AbstractEventLoop, blocker: JobContext | None, _stuck: list[JobContext], seconds: float
+    ) -> None:
+        """The watchdog saw ``loop`` blocked: give it up and settle every job that was on it (the watch thread).
+
+        A thread cannot be interrupted, so the loop's thread is left to the blocking call, and stops its loop
+        if that ever returns. The blocking job (or every job on the loop, when the watchdog could not tell which
+        one blocks it) fails: an attempt is counted, so a job that blocks every loop it lands on goes dead after
+        max_attempts instead of being passed on for free. The others are handed back at once without spending
+        an attempt. Their slots are free again; a fresh loop starts with the next coroutine.
+        """
+        with self._loop_lock:
+            if loop is not self._loop:
+                return  # already abandoned
+            watch, self._watch = self._watch, None
+            self._loop = None
+            self._loop_thread = None
+            self._tasks = {}
+            with self._lock:
+                on_loop = list(self._loop_jobs.values())
+                self._loop_jobs.clear()
+                for ctx in on_loop:
+                    self._gone[id(ctx)] = ctx
+                self._running -= len(on_loop)
+                self.abandoned += 1
+                self.loops_abandoned += 1
+                abandoned = self.abandoned
+        if watch is not None:
+            watch.close()
+        loop.call_soon_threadsafe(loop.stop)  # once the blocking call returns, nothing more runs on it
+        error = (
+            f"blocked the event loop for {seconds:.1f} s (an async handler that does not await); the run was "
+            "abandoned with its loop"
+        )
+        log.error(
+            "abandoned the event loop blocked by %s after %.1fs: its job fails, %d other jobs on it are handed back, "
+            "a fresh loop runs the next ones (%d abandoned, recycling the worker at %d)",
+            "an unknown caller" if blocker is None else f"job {blocker.id} ({blocker.task})",
+            seconds,
+            len(on_loop) - (blocker is not None and blocker in on_loop),
+            abandoned,
+            self.max_abandoned,
+            extra={"job_id": None if blocker is None else blocker.id},
+        )
+        for ctx in on_loop:
+            if blocker is None or ctx is blocker:
+                outcome = Outcome(ctx.job, Kind.FAIL, error=error)
+            else:
+                outcome = Outcome(ctx.job, Kind.SNOOZE, delay=timedelta(0))
+            try:
+                self._done(ctx, outcome)
+            except Exception:  # pragma: no cover - a bug in the worker; the other jobs still get theirs
+                log.exception("recording the outcome of job %s failed", ctx.id)
+        with self._lock:
+            starting = self._take_slots()
+        self._admit(starting)
+        if self._on_loop_blocked is not None:
+            self._on_loop_blocked(blocker, on_loop, seconds)
+        if abandoned >= self.max_abandoned and self._on_recycle is not None:
+            self._on_recycle(abandoned)
 
     # -- admission -------------------------------------------------------
 
@@ -310,6 +393,8 @@ class Executor:
                 loop.call_soon_threadsafe(self._start_coroutines, coroutines)
 
     def _finish(self, ctx: JobContext, outcome: Outcome) -> None:
+        if self._gone and self._settled(ctx):
+            return  # settled when its loop was abandoned; its slot was freed then
         try:
             self._done(ctx, outcome)
         except Exception:  # pragma: no cover - a bug in the worker; keep the slot accounting right
@@ -321,21 +406,30 @@ class Executor:
             starting = self._take_slots()
         self._admit(starting)
 
+    def _settled(self, ctx: JobContext) -> bool:
+        """Whether ctx's job was settled when its loop was abandoned (then nothing more of it counts)."""
+        with self._lock:
+            return self._gone.pop(id(ctx), None) is ctx
+
     # -- coroutine handlers (on the loop thread) -------------------------
 
     def _start_coroutines(self, batch: list[tuple[Task[Any, Any], JobContext]]) -> None:
-        assert self._loop is not None
+        loop = asyncio.get_running_loop()
         for task, ctx in batch:
+            if self._gone and self._settled(ctx):
+                continue  # its loop was abandoned before it started: settled already
             if ctx.should_stop:
                 # Cancelled, stopped or lost while it waited for a slot: do not start it.
                 self._finish(ctx, _stopped_before_start(ctx))
                 continue
-            running = self._loop.create_task(run_async(task, ctx))
-            self._tasks[ctx.id] = running
+            running = loop.create_task(run_async(task, ctx))
+            if loop is self._loop:
+                self._tasks[ctx.id] = running
             running.add_done_callback(functools.partial(self._coroutine_done, ctx))
 
     def _coroutine_done(self, ctx: JobContext, running: asyncio.Task[Outcome]) -> None:
-        self._tasks.pop(ctx.id, None)
+        if self._tasks.get(ctx.id) is running:  # not a task of an abandoned loop (the job may run anew)
+            del self._tasks[ctx.id]
         outcome = _stopped_before_start(ctx) if running.cancelled() else running.result()
         self._finish(ctx, outcome)
 

@@ -85,8 +85,8 @@ class WorkerOptions:
     stats: dict[str, int] = field(default_factory=dict)
     pool: str = "thread"  # sync handlers on threads, or "process": in child processes (docs/timeouts.md)
     app_ref: str | None = None  # MODULE:ATTRIBUTE of the app, for the process pool's children
-    max_abandoned: int | None = None  # abandoned overrunning threads before recycling (default: concurrency // 2, >= 1)
-    loop_block_timeout: float = 10.0  # seconds the event loop may be blocked before its other jobs are let go (0: off)
+    max_abandoned: int | None = None  # abandoned threads and event loops before recycling (default: concurrency // 2)
+    loop_block_timeout: float = 10.0  # seconds the event loop may be blocked before it is abandoned (0: off)
 
     def validate(self) -> None:
         if not self.queues:
@@ -139,7 +139,16 @@ class Worker:
         self._shard_cursor = random.randrange(1024)
         self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
         self._next_unserved_check = 0.0
-        self.counts = {"claimed": 0, "completed": 0, "failed": 0, "snoozed": 0, "dead": 0, "lost": 0, "cancelled": 0}
+        self.counts = {
+            "claimed": 0,
+            "completed": 0,
+            "failed": 0,
+            "snoozed": 0,
+            "dead": 0,
+            "lost": 0,
+            "cancelled": 0,
+            "passed_over": 0,
+        }
         self._recycle = False
         self._executor = Executor(
             self.options.concurrency,
@@ -150,7 +159,6 @@ class Worker:
             max_abandoned=self.options.max_abandoned,
             on_recycle=self._on_recycle,
             loop_block_timeout=self.options.loop_block_timeout,
-            on_loop_blocked=self._on_loop_blocked,
         )
         self._completer: Completer | None = None
         self._starter: Starter | None = None
@@ -169,7 +177,11 @@ class Worker:
         self._burst_said = ""  # the last --burst "held back" line, and when it was logged
         self._burst_said_at = 0.0
         self.metrics = WorkerMetrics(
-            name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
+            name=self.name,
+            concurrency=self.options.concurrency,
+            running=lambda: len(self._held),
+            version=VERSION,
+            loops_abandoned=lambda: self._executor.loops_abandoned,
         )
         self._metrics_server: MetricsServer | None = None
 
@@ -316,6 +328,7 @@ class Worker:
                 list(self.options.labels),
                 self.options.concurrency,
                 VERSION,
+                sorted(self.app.tasks),
             ),
         )
 
@@ -379,8 +392,10 @@ class Worker:
             if not at_once:
                 with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
                     return [(job, None, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
+            params = dict(zip(("worker", "queues", "n", "lease", "labels", "start_shard"), claim_args, strict=True))
+            params.update(at_once=at_once, tasks=list(self.app.tasks))
             with conn.cursor(row_factory=dict_row) as cur:
-                rows = cur.execute(queries.CLAIM_AND_START, (*claim_args, at_once, at_once, at_once)).fetchall()
+                rows = cur.execute(queries.CLAIM_AND_START, params).fetchall()
             return [(ClaimedJob(**_claimed(row)), row["started"], row["timeout"]) for row in rows]
 
         started = time.perf_counter()
@@ -389,8 +404,13 @@ class Worker:
         self._queues.claimed(n, len(jobs))
         if len(jobs) < n:
             self._check_rate_limits()
+        claimed = len(jobs)
+        unknown = [job for job, _, _ in jobs if job.task not in self.app.tasks]
+        if unknown:
+            self._pass_over(unknown)
+            jobs = [entry for entry in jobs if entry[0].task in self.app.tasks]
         if not jobs:
-            return 0
+            return claimed
         contexts = [_context(job, self.name, outcome, timeout) for job, outcome, timeout in jobs]
         with self._lock:
             for ctx in contexts:
@@ -401,7 +421,42 @@ class Worker:
             if due is not None:
                 ctx._due_at_claim = (due, claimed_at)
         self._executor.submit_many(contexts)
-        return len(jobs)
+        return claimed
+
+    def _pass_over(self, jobs: list[ClaimedJob]) -> None:
+        """Hand back jobs of tasks this worker does not know, for a worker that knows them (pgsched.pass_over):
+        their attempt is given back; the database sends one dead only once no live worker has registered its task
+        for pgsched.config.unserved_task_timeout."""
+        assert self._claim_db is not None
+        ids = [job.id for job in jobs]
+        tokens = [job.lease_token for job in jobs]
+        try:
+            rows = self._claim_db.call(lambda c: c.execute(queries.PASS_OVER, (ids, tokens)).fetchall())
+        except psycopg.Error as exc:
+            log.error("could not hand back %d jobs of unknown tasks (%s); their leases will expire", len(ids), exc)
+            return
+        outcomes = dict(rows)
+        for job in jobs:
+            outcome = outcomes.get(job.id, "lease_lost")
+            extra = {"job_id": job.id, "task": job.task, "queue": job.queue}
+            self.metrics.count(job.queue, job.task, "dead" if outcome == "dead" else "passed_over")
+            if outcome == "dead":
+                self.counts["dead"] += 1
+                log.error(
+                    "job %s is dead: no live worker has registered its task %r for the unserved task timeout",
+                    job.id,
+                    job.task,
+                    extra=extra,
+                )
+            else:
+                self.counts["passed_over"] += 1
+                log.warning(
+                    "job %s: task %r is not registered in this worker; handed back (%s) for a worker that knows it",
+                    job.id,
+                    job.task,
+                    outcome,
+                    extra=extra,
+                )
 
     def _check_rate_limits(self) -> None:
         """After a short claim: if every queue is at its rate limit, sleep until the next start is allowed.
@@ -583,19 +638,12 @@ class Worker:
     def _on_recycle(self, abandoned: int) -> None:
         if not self._recycle:
             log.error(
-                "%d handler threads abandoned after overrunning their timeouts: recycling this worker "
-                "(no new claims; running jobs get --shutdown-timeout to finish; then the process restarts)",
+                "%d handler threads (or event loops) abandoned to handlers that overran or blocked them: recycling "
+                "this worker (no new claims; running jobs get --shutdown-timeout to finish; then the process restarts)",
                 abandoned,
             )
             self._recycle = True
             self.stop()
-
-    def _on_loop_blocked(self, blocker: JobContext | None, stuck: list[JobContext], _seconds: float) -> None:
-        """Let go of the jobs behind a blocked event loop: no more renewals, their results discarded."""
-        for ctx in stuck:
-            if not ctx.lease_lost:
-                ctx._mark_lease_lost()
-                self._executor.cancel_async(ctx.id)
 
     def _on_cancel_requested(self, job_id: int) -> None:
         with self._lock:

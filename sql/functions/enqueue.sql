@@ -11,7 +11,8 @@
 -- a dependency ending dead or cancelled does to it (see _depend).
 -- trace_context: the caller's trace propagation headers (see docs/otel.md).
 -- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
--- count (docs/dispatch.md).
+-- count (docs/dispatch.md). tenant: NULL in a session confined to a tenant
+-- is that tenant; its own task policy (pgsched.tasks) wins over the shared one.
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts a row naming its
@@ -49,6 +50,8 @@ DECLARE
     v_max integer := enqueue.max_attempts;
     v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
 BEGIN
+    -- A session confined to a tenant enqueues into it unless it names one.
+    enqueue.tenant := coalesce(enqueue.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue.tenant);
     PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
@@ -96,7 +99,9 @@ BEGIN
            CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
     FROM (SELECT) AS one
     LEFT JOIN pgsched.queues q ON q.name = v_queue
-    LEFT JOIN pgsched.tasks t ON t.name = enqueue.task;
+    LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                       WHERE t1.name = enqueue.task AND (t1.tenant IS NULL OR t1.tenant = enqueue.tenant)
+                       ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
 
     IF v_waits THEN
         IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN

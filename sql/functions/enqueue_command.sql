@@ -49,6 +49,7 @@ DECLARE
     v_shard smallint;
     v_bad text;
 BEGIN
+    enqueue_command.tenant := coalesce(enqueue_command.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue_command.tenant);
     IF enqueue_command.argv IS NULL OR pg_catalog.cardinality(argv) = 0 THEN
         RAISE EXCEPTION 'pgsched: argv must name a program: at least one element'
@@ -114,7 +115,10 @@ BEGIN
         'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout));
     SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin
     INTO v_limit, v_max, v_margin
-    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = 'pgsched.command';
+    FROM pgsched.config c
+    LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                       WHERE t1.name = 'pgsched.command' AND (t1.tenant IS NULL OR t1.tenant = enqueue_command.tenant)
+                       ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
     PERFORM pgsched._check_job('pgsched.command', v_queue, v_args, coalesce(enqueue_command.priority, 0), v_run_at,
                                v_max, enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
     PERFORM pgsched._check_payload(v_args, v_limit);

@@ -16,7 +16,7 @@
 -- caller's trace propagation headers) is stored with every job of the batch.
 -- timeouts (each run's time limit; NULL: the task's, else none) and
 -- concurrency_keys (what the queue's per-key limits count) are per job, as
--- in enqueue().
+-- in enqueue(). A NULL tenant in a session confined to a tenant is that tenant.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -52,6 +52,7 @@ DECLARE
     v_bad record;
     v_shard_list smallint[];
     v_final bigint[];
+    v_scope text;
     v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
                                WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
 BEGIN
@@ -82,6 +83,14 @@ BEGIN
         RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
                 v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A session confined to a tenant enqueues into it where a row names none.
+    v_scope := nullif(pgsched._tenant_scope(), '');
+    IF v_scope IS NOT NULL THEN
+        tenants := ARRAY(SELECT coalesce(u.tenant, v_scope)
+                         FROM unnest(coalesce(tenants, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
+                              WITH ORDINALITY AS u(tenant, ord)
+                         ORDER BY u.ord);
     END IF;
     PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
     FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
@@ -167,7 +176,9 @@ BEGIN
             CROSS JOIN LATERAL (SELECT CASE WHEN u.labels IS NULL THEN '{}'::text[]
                                             ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels))
                                        END AS labels) l
-            LEFT JOIN pgsched.tasks t ON t.name = u.task
+            LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                               WHERE t1.name = u.task AND (t1.tenant IS NULL OR t1.tenant = u.tenant)
+                               ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
             LEFT JOIN pgsched.queues q ON q.name = coalesce(u.queue, 'default')
             ORDER BY u.ord
             RETURNING j.id, j.shard, j.queue, j.state
@@ -238,7 +249,9 @@ BEGIN
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
                                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))
                                    END AS labels) l
-        LEFT JOIN pgsched.tasks t ON t.name = i.task
+        LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                           WHERE t1.name = i.task AND (t1.tenant IS NULL OR t1.tenant = i.tenant)
+                           ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
         LEFT JOIN pgsched.queues q ON q.name = i.queue
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
         ORDER BY i.ord

@@ -33,6 +33,7 @@ DECLARE
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
 BEGIN
+    enqueue_service.tenant := coalesce(enqueue_service.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue_service.tenant);
     PERFORM pgsched._check_command_task(enqueue_service.task, 'enqueue_service()');
     PERFORM pgsched._check_job(enqueue_service.task, v_queue, v_args, coalesce(enqueue_service.priority, 0), v_run_at,
@@ -40,7 +41,10 @@ BEGIN
                                enqueue_service.tenant);
     SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts)
     INTO v_limit, v_max
-    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = enqueue_service.task;
+    FROM pgsched.config c
+    LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                       WHERE t1.name = enqueue_service.task AND (t1.tenant IS NULL OR t1.tenant = enqueue_service.tenant)
+                       ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
     PERFORM pgsched._check_payload(v_args, v_limit);
 
     IF enqueue_service.idempotency_key IS NULL THEN

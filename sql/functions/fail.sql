@@ -39,7 +39,7 @@ BEGIN
         last_error = fail.error
     FROM (
         SELECT j2.id, j2.shard, j2.leased_by,
-               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
+               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt, j2.tenant)) AS run_at
         FROM pgsched.jobs j2
         WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
           AND (v_scope IS NULL OR j2.tenant = v_scope)

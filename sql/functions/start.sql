@@ -9,7 +9,7 @@
 -- not started has started_at NULL, so views tell "waiting for a slot" from
 -- "running", and start lag (started_at - run_at) counts the wait for a slot.
 -- A started job carries its deadline: deadline_at = started_at + its timeout
--- (the job's, else its task's in pgsched.tasks), returned as `timeout` so the
+-- (the job's, else its task's in pgsched.tasks, its tenant's own first), returned as `timeout` so the
 -- worker enforces it too; expire_leases fails a run past it (_fail_overdue).
 --
 -- Cancel-requested rows are rewritten unchanged rather than filtered out:
@@ -38,8 +38,11 @@ BEGIN
     ), stamped AS (
         UPDATE pgsched.jobs j
         SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END,
+            unserved_since = NULL,  -- a worker that knows its task runs it
             deadline_at = CASE WHEN j.cancel_requested_at IS NULL
-                THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t WHERE t.name = j.task))
+                THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
+                                                  WHERE t.name = j.task AND (t.tenant IS NULL OR t.tenant = j.tenant)
+                                                  ORDER BY t.tenant NULLS LAST LIMIT 1))
                 ELSE j.deadline_at END
         FROM input u
         WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'

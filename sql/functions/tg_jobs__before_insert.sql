@@ -36,6 +36,10 @@ BEGIN
         -- A copied id would give two active rows one identity (on two shards).
         NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
         NEW.created_at := v_now;
+        -- A session confined to a tenant inserts into it unless it names one.
+        IF NEW.tenant IS NULL THEN
+            NEW.tenant := nullif(pgsched._tenant_scope(), '');
+        END IF;
         -- Before the key is looked at, so another tenant's keys reveal nothing
         -- (row-level security checks the row itself after this trigger).
         IF NEW.idempotency_key IS NOT NULL THEN
@@ -64,7 +68,9 @@ BEGIN
     PERFORM pgsched._check_payload(NEW.args, v_limit);
 
     IF NEW.max_attempts IS NULL THEN
-        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
+        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t
+        WHERE t.name = NEW.task AND (t.tenant IS NULL OR t.tenant = NEW.tenant)
+        ORDER BY t.tenant NULLS LAST LIMIT 1;
         NEW.max_attempts := coalesce(NEW.max_attempts, v_default_attempts);
     END IF;
 

@@ -25,7 +25,9 @@ BEGIN
     SELECT q.aging, q.tenant_fairness, q.labels INTO v_aging, v_fair, v_labels
     FROM pgsched.queues q WHERE q.name = NEW.queue;
     IF TG_OP = 'INSERT' AND NEW.labels = '{}' THEN
-        SELECT t.labels INTO v_task_labels FROM pgsched.tasks t WHERE t.name = NEW.task;
+        SELECT t.labels INTO v_task_labels FROM pgsched.tasks t
+        WHERE t.name = NEW.task AND (t.tenant IS NULL OR t.tenant = NEW.tenant)
+        ORDER BY t.tenant NULLS LAST LIMIT 1;
         NEW.labels := coalesce(v_task_labels, v_labels, '{}');
     END IF;
     NEW.dispatch_group := CASE WHEN v_fair THEN coalesce(NEW.tenant, '') ELSE '' END;

@@ -54,3 +54,29 @@ def test_unserved_labels_show_in_stats_and_doctor(dsn: str) -> None:
     doctor = cli("doctor")
     assert "worker pools" in doctor.out, str(doctor)
     assert "render need gpu" in doctor.out, str(doctor)
+
+
+def test_jobs_no_live_worker_knows_show_as_unserved_tasks_in_stats_and_doctor(dsn: str) -> None:
+    """Issue 21.5: a job handed back for its task (pgsched.pass_over) while no live worker has registered it."""
+    cli = Cli(dsn)
+    with connect(dsn) as conn:
+        conn.execute("SELECT pgsched.enqueue('mailer.send', queue => 'shared')")
+        conn.execute(
+            "SELECT pgsched.register_worker('billing-box', queues => ARRAY['shared'], tasks => ARRAY['billing.charge'])"
+        )
+        conn.execute(
+            "SELECT pgsched.pass_over(ARRAY[id], ARRAY[lease_token])"
+            " FROM pgsched.claim('billing-box', ARRAY['shared'], 1, '30 seconds')"
+        )
+    (unserved,) = cli.json("stats")["unserved_tasks"]
+    assert (unserved["queue"], unserved["task"], unserved["jobs"]) == ("shared", "mailer.send", 1)
+    assert 0 < unserved["dead_in_s"] <= 600
+    assert "UNSERVED: jobs whose task no live worker has registered" in cli.ok("stats").out
+    doctor = cli("doctor")
+    assert "unserved tasks" in doctor.out, str(doctor)
+    assert "1 of mailer.send in shared" in doctor.out, str(doctor)
+    with connect(dsn) as conn:  # a worker that knows the task arrives: no longer unserved
+        conn.execute(
+            "SELECT pgsched.register_worker('mailer-box', queues => ARRAY['shared'], tasks => ARRAY['mailer.send'])"
+        )
+    assert cli.json("stats")["unserved_tasks"] == []

@@ -35,6 +35,7 @@ WORKER_TYPES = {
     "pgsched_worker_running": "gauge",
     "pgsched_worker_concurrency": "gauge",
     "pgsched_worker_info": "gauge",
+    "pgsched_worker_loops_abandoned": "counter",
 }
 QUEUE_TYPES = {
     "pgsched_database_up": "gauge",

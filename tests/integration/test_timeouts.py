@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from pgsched import App
+from pgsched.runtime.worker import RECYCLE_EXIT_CODE
 from tests.integration import timeouts_app
 from tests.integration.conftest import Running, job, wait_all, wait_for, wait_state
 
@@ -216,51 +217,73 @@ def test_the_database_fails_a_run_that_hangs_while_its_heartbeats_continue(
         assert late == (False,)
 
 
-def test_a_blocked_event_loop_lets_go_of_the_jobs_behind_it(
+def test_a_worker_whose_event_loop_is_blocked_gets_its_async_capacity_back(
     app: App, conn: psycopg.Connection[Any], start_worker: StartWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Issue 21.4: the blocked loop is abandoned and a fresh one runs the other jobs; the job blocking it fails
+    (an attempt counted, so it cannot block worker after worker for free); the jobs stuck behind it are handed
+    back (no attempt spent) and run."""
     release = threading.Event()
 
-    @app.task(name="spin", priority=10)
-    async def spin() -> str:
-        deadline = time.monotonic() + 120
-        while not release.is_set() and time.monotonic() < deadline:
-            sum(range(1000))  # CPU-bound, never awaits
-        return "spun"
+    @app.task(name="block", priority=10, timeout=2, max_attempts=2, retry_backoff=0.1, retry_backoff_max=0.1)
+    async def block() -> str:
+        release.wait(120)  # a blocking call in a coroutine: the loop stops
+        return "late"
 
     @app.task(name="nap")
     async def nap(i: int) -> int:
         await asyncio.sleep(0.05)
         return i
 
-    spin_id = spin.enqueue()
-    ids = [nap.enqueue(i) for i in range(10)]
-    caplog.set_level(logging.WARNING, logger="pgsched.runtime.loopwatch")
+    block_id = block.enqueue()
+    behind = [nap.enqueue(i) for i in range(5)]
+    caplog.set_level(logging.WARNING)
     try:
-        blocked = start_worker(concurrency=11, prefetch=0, lease=3, loop_block_timeout=1, name="blocked")
-        wait_for(
-            lambda: (
-                conn.execute(
-                    "SELECT count(*) AS n FROM pgsched.jobs WHERE leased_by = 'blocked' AND state = 'running'"
-                ).fetchone()["n"]  # type: ignore[index]
-                == 11
-            ),
-            30,
-            what="the first worker to hold all 11 jobs",
-        )
-        wait_for(lambda: blocked.worker._executor.loop_blocked, 30, what="the watchdog to see the loop blocked")
-        started = time.monotonic()
-        start_worker(concurrency=10, lease=3, name="other")
-        wait_all(conn, ids, "completed", timeout=60)
-        took = time.monotonic() - started
-        rows = conn.execute("SELECT DISTINCT leased_by FROM pgsched.job_history WHERE id = ANY(%s)", [ids]).fetchall()
-        assert [r["leased_by"] for r in rows] == ["other"]
-        assert took < 30, f"the jobs behind the blocked loop took {took:.1f}s to complete elsewhere"
-        assert job(conn, spin_id)["state"] == "running"  # type: ignore[index]  # the blocker keeps its lease
-        assert any("blocked for" in r.message and f"job {spin_id} (spin)" in r.message for r in caplog.records)
+        running = start_worker(concurrency=6, prefetch=0, lease=5, loop_block_timeout=1, max_abandoned=5)
+        dead = wait_state(conn, block_id, "dead", timeout=60)
+        assert dead["attempt"] == 2
+        assert dead["error"].startswith("blocked the event loop for "), dead["error"]
+        wait_all(conn, behind, "completed", timeout=60)
+        quick = [nap.enqueue(i) for i in range(20)]
+        wait_all(conn, quick, "completed", timeout=60)
+        rows = conn.execute("SELECT max_attempts, attempt FROM pgsched.job_history WHERE id = ANY(%s)", [behind])
+        assert all(r["max_attempts"] - r["attempt"] >= 4 for r in rows.fetchall())  # handing back spent nothing
+        executor = running.worker._executor
+        assert executor.loops_abandoned == 2
+        assert running.thread.is_alive()  # 2 of --max-abandoned-threads 5: no recycle yet
+        families = {m.name: m for m in running.worker.metrics.collect()}
+        assert families["pgsched_worker_loops_abandoned"].samples[0].value == 2
+        assert any("blocked for" in r.message and f"job {block_id} (block)" in r.message for r in caplog.records)
+        assert any("abandoned the event loop" in r.message for r in caplog.records)
     finally:
         release.set()
-    wait_state(conn, spin_id, "completed", timeout=30)
+    wait_for(lambda: running.worker._executor.abandoned == 0, 30, what="the abandoned loops' threads to end")
+
+
+def test_a_worker_recycles_after_max_abandoned_blocked_loops(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    release = threading.Event()
+
+    @app.task(name="spin", max_attempts=5)
+    async def spin() -> None:
+        deadline = time.monotonic() + 120
+        while not release.is_set() and time.monotonic() < deadline:
+            sum(range(1000))  # CPU-bound, never awaits
+
+    job_id = spin.enqueue()
+    try:
+        running = start_worker(concurrency=2, loop_block_timeout=1, max_abandoned=1, shutdown_timeout=1)
+        wait_for(lambda: not running.thread.is_alive(), 60, what="the worker to recycle itself")
+        assert running.exit_code == RECYCLE_EXIT_CODE
+        row = job(conn, job_id)
+        assert row is not None
+        assert row["attempt"] == 1
+        assert row["state"] in ("scheduled", "available"), row  # failed once, to be retried: not held
+        assert row["last_error"].startswith("blocked the event loop for ")
+    finally:
+        release.set()
+    wait_for(lambda: running.worker._executor.abandoned == 0, 30, what="the abandoned loop's thread to end")
 
 
 def test_a_job_handed_back_at_every_shutdown_goes_dead_after_max_handbacks(

@@ -53,6 +53,8 @@ def test_the_shard_count_is_fixed(deployment: Deployment, owner: Conn, who: str)
         ("idempotency_retention = '1000 years'", "config_retention_range"),
         ("partitions_ahead = 0", "config_partitions_ahead_range"),
         ("command_timeout_margin = '1 second'", "config_command_timeout_margin_range"),
+        ("unserved_task_timeout = '0'", "config_unserved_task_timeout_range"),
+        ("unserved_task_timeout = '1000 years'", "config_unserved_task_timeout_range"),
     ],
 )
 def test_every_setting_is_validated(deployment: Deployment, owner: Conn, setting: str, constraint: str) -> None:

@@ -147,12 +147,9 @@ def test_a_bound_login_enqueues_only_for_its_tenant(deployment: Deployment, owne
     acme.execute("SET pgsched.tenant = 'globex'")
     for attempt in (
         lambda: enqueue(acme, tenant="globex"),
-        lambda: enqueue(acme),  # no tenant is not "any tenant"
         lambda: enqueue(acme, tenant="globex", idempotency_key="k"),
         lambda: enqueue_many(acme, ["t", "t"], tenants=["acme", "globex"]),
-        lambda: enqueue_many(acme, ["t"]),
         lambda: acme.execute("INSERT INTO pgsched.jobs (task, args, tenant) VALUES ('t', '{}', 'globex')"),
-        lambda: acme.execute("INSERT INTO pgsched.jobs (task, args) VALUES ('t', '{}')"),
         lambda: acme.execute(
             "INSERT INTO pgsched.jobs (task, args, tenant, idempotency_key) VALUES ('t', '{}', 'globex', 'k')"
         ),
@@ -161,6 +158,12 @@ def test_a_bound_login_enqueues_only_for_its_tenant(deployment: Deployment, owne
             attempt()
     assert everything(owner) == before
     assert scalar(owner, "SELECT tenant FROM pgsched.jobs WHERE id = %s", [own]) == "acme"
+    # Naming no tenant is not "any tenant" either: it is its own (issue 21.3), whatever it SET.
+    ids = [enqueue(acme), *enqueue_many(acme, ["t"])]
+    acme.execute("INSERT INTO pgsched.jobs (task, args) VALUES ('t', '{}')")
+    rows = owner.execute("SELECT id, tenant FROM pgsched.jobs WHERE id <> ALL(%s)", [[r["id"] for r in before["jobs"]]])
+    assert {r["tenant"] for r in rows.fetchall()} == {"acme"}
+    assert set(ids) <= {r["id"] for r in owner.execute("SELECT id FROM pgsched.jobs WHERE tenant = 'acme'").fetchall()}
 
 
 def test_a_bound_worker_claims_and_finishes_only_its_tenants_jobs(
@@ -250,8 +253,14 @@ def test_a_bound_admin_cannot_touch_other_tenants(
     admin.execute("DELETE FROM pgsched.queues")
     admin.execute("DELETE FROM pgsched.schedules WHERE tenant IS DISTINCT FROM 'acme'")
     admin.execute("UPDATE pgsched.schedules SET enabled = false WHERE tenant IS DISTINCT FROM 'acme'")
-    admin.execute('SELECT pgsched.register_tasks(\'[{"name": "t", "max_attempts": 1}]\')')
-    assert everything(owner) == before
+    admin.execute('SELECT pgsched.register_tasks(\'[{"name": "t", "max_attempts": 1}]\')')  # acme's own policy
+    after = everything(owner)
+    assert {(r["name"], r["tenant"], r["max_attempts"]) for r in after.pop("tasks")} == {
+        ("t", None, 3),
+        ("t", "acme", 1),
+    }
+    before.pop("tasks")
+    assert after == before
     # its own tenant, it manages
     assert cancel(admin, seeded["acme"]["waiting"]) == "cancelled"
     assert retry(admin, seeded["acme"]["dead"]) == "retried"
