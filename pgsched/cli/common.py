@@ -42,6 +42,8 @@ PIPED_WIDTH = 200
 @dataclass
 class CliState:
     dsn: str | None = None
+    log_level: str = "info"
+    log_format: str = "text"
     _resolved: str | None = None
 
     def resolve(self, *, migrate: bool = True) -> str:
