@@ -23,6 +23,7 @@ from pgsched.cli.common import (
     first_line,
     handle_errors,
     parse_json_object,
+    printable,
     split_csv,
     state,
     timestamp_callback,
@@ -391,10 +392,10 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
         out.print(build_table(events, EVENT_COLUMNS, title="events"))
     for name, text in streams:
         click.echo(f"\n{name}:")
-        click.echo(text.rstrip("\n"))
+        click.echo(printable(text.rstrip("\n"), lines=True))
     if job.get("error"):
         click.echo("\nerror:")
-        click.echo(job["error"])
+        click.echo(printable(job["error"], lines=True))
 
 
 def _command_streams(job: dict[str, Any]) -> list[tuple[str, str]]:

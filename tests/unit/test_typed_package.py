@@ -1,4 +1,4 @@
-"""The package is typed for its users: mypy --strict on application code sees tasks and handles as pgsched types them."""
+"""The package is typed: mypy --strict on application code sees tasks and handles as pgsched types them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-USER_CODE = '''
+USER_CODE = """
 from pgsched import App
 
 app = App()
@@ -19,7 +19,7 @@ def send_welcome(user_id: int) -> str:
 
 reveal_type(send_welcome)
 send_welcome.enqueue(42).wait(timeout="soon")
-'''
+"""
 
 
 def test_mypy_strict_on_user_code_sees_typed_tasks(tmp_path: Path) -> None:
