@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "dashboard",
     "doctor",
     "events",
+    "tasks",
 )
 
 
