@@ -1,9 +1,9 @@
 """FastAPI: enqueue in the request's own transaction, so a job exists exactly when the request's writes commit.
 
-    pip install pgsched fastapi uvicorn
+    pip install path/to/pgsched-0.1.0-py3-none-any.whl 'fastapi>=0.121' uvicorn
     export PGSCHED_DSN=postgresql://app@localhost/app       # pgsched migrated into it: pgsched migrate
-    uvicorn examples.fastapi_app:api                         # the web app
-    pgsched worker --app examples.fastapi_app:tasks --queues emails   # runs the welcome mails
+    uvicorn fastapi_app:api                                  # the web app (this file, saved as fastapi_app.py)
+    pgsched worker --app fastapi_app:tasks --queues emails   # runs the welcome mails
 
 Each request gets one connection from a pool and one transaction on it (the
 ``transaction`` dependency): committed when the endpoint returns, before the

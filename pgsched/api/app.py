@@ -275,6 +275,15 @@ class App:
 
         return register
 
+    def sync_tasks(self, conn: psycopg.Connection[Any] | None = None) -> int:
+        """Register the tasks' policies (queue, max_attempts, backoff, timeout, labels) in pgsched.tasks, as a
+        worker does at start, so SQL and CLI enqueues use them before any worker ran; returns how many rows
+        were added or changed (0 when the database already had them all)."""
+        if not self.tasks:
+            return 0
+        rows = self._run(conn, queries.REGISTER_TASKS, [json.dumps([t.policy() for t in self.tasks.values()])])
+        return int(rows[0][0]) if rows else 0
+
     def sync_schedules(self, conn: psycopg.Connection[Any] | None = None) -> int:
         """Write the schedules defined in code into pgsched.schedules; returns how many."""
         for spec in self.schedules.values():

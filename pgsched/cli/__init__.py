@@ -9,6 +9,7 @@ import sys
 import click
 
 from pgsched.cli.common import CliState, configure_logging
+from pgsched.cli.globals import accept_global_options
 from pgsched.observe.redact import remember
 
 COMMAND_MODULES = (
@@ -23,6 +24,7 @@ COMMAND_MODULES = (
     "dashboard",
     "doctor",
     "events",
+    "tasks",
 )
 
 
@@ -52,7 +54,7 @@ def main(ctx: click.Context, dsn: str | None, log_level: str, log_format: str) -
     """pgsched: jobs and schedules, with PostgreSQL as the scheduler."""
     configure_logging(log_level, log_format)
     remember(dsn)
-    ctx.obj = CliState(dsn=dsn)
+    ctx.obj = CliState(dsn=dsn, log_level=log_level, log_format=log_format)
 
 
 def _register() -> None:
@@ -64,6 +66,7 @@ def _register() -> None:
                 continue
             raise
         module.register(main)
+    accept_global_options(main)
 
 
 _register()

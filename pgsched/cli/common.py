@@ -42,6 +42,8 @@ PIPED_WIDTH = 200
 @dataclass
 class CliState:
     dsn: str | None = None
+    log_level: str = "info"
+    log_format: str = "text"
     _resolved: str | None = None
 
     def resolve(self, *, migrate: bool = True) -> str:
@@ -179,6 +181,23 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(to_jsonable(data), indent=2, sort_keys=False))
 
 
+# C0 and C1 control characters, DEL, and the bidirectional overrides and isolates that reorder what
+# a terminal shows: tenants' values (args, errors, worker names) never reach the terminal raw.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE_INLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with control characters shown escaped (ESC as \\x1b), as ls and git show them; with
+    ``lines``, newlines and tabs are kept (a multi-line error or output block)."""
+    return (_UNPRINTABLE_INLINE if lines else _UNPRINTABLE).sub(_escape, text)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -189,7 +208,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         text = json.dumps(value, default=str)
         return text if len(text) <= 60 else text[:57] + "..."
-    return str(value)
+    return printable(str(value))
 
 
 def cell(value: Any) -> str:

@@ -339,6 +339,52 @@ def check_schedules(conn: psycopg.Connection[dict[str, Any]], margin: timedelta 
     return checks
 
 
+# Events read_events cannot hand out yet: filed by transactions at or after the oldest one in flight.
+_HELD_EVENTS = """
+SELECT count(*) AS held, now() - min(h.finished_at) AS behind
+FROM pgsched.job_history h
+WHERE h.finished_xid >= pg_snapshot_xmin(pg_current_snapshot())
+"""
+# The oldest transaction in flight with an id: the session (or prepared transaction) the stream waits for.
+_OLDEST_XID = """
+SELECT * FROM (
+    SELECT pid, usename AS "user", application_name, state, now() - xact_start AS xact_age,
+           age(backend_xid) AS xid_age, left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query, NULL AS gid
+    FROM pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+    UNION ALL
+    SELECT NULL, owner::text, NULL, 'prepared', now() - prepared, age(transaction), NULL, gid
+    FROM pg_prepared_xacts
+) t
+ORDER BY xid_age DESC
+LIMIT 1
+"""
+
+
+def check_event_stream(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> Check:
+    """How far read_events (`pgsched events`, event hooks) is held back, and by whom: any session holding a
+    transaction id open stalls the stream for every reader until it ends (docs/events.md)."""
+    held = conn.execute(_HELD_EVENTS).fetchone()
+    assert held is not None
+    count, behind = int(held["held"]), _seconds(held["behind"])
+    if count == 0:
+        return Check("event stream", OK, "no event waits for an open transaction")
+    holder = conn.execute(_OLDEST_XID).fetchone()
+    if holder is None:  # it ended between the two queries
+        return Check("event stream", OK, f"{count} events were waiting; their transactions have ended")
+    who = (
+        f"prepared transaction {holder['gid']!r}: COMMIT PREPARED or ROLLBACK PREPARED it"
+        if holder["gid"] is not None
+        else f"pid {holder['pid']} ({holder['application_name'] or holder['user']}, {holder['state']}, transaction "
+        f"open {_seconds(holder['xact_age']):.0f}s, {holder['query']!r}): end it with "
+        f"SELECT pg_terminate_backend({holder['pid']})"
+    )
+    status = FAIL if behind > limits.max_xact_age.total_seconds() else OK
+    noun = "event" if count == 1 else "events"
+    detail = f"{count} {noun} ({behind:.0f}s old) wait for the oldest open transaction, {who}"
+    return Check("event stream", status, detail, {"held": count, "behind_s": behind, **holder})
+
+
 def check_notify_queue(conn: psycopg.Connection[dict[str, Any]]) -> Check:
     row = conn.execute("SELECT pg_notification_queue_usage() AS usage").fetchone()
     assert row is not None
@@ -361,6 +407,7 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
             return checks
         checks.append(check_listen(dsn))
         checks += check_horizon(conn, limits)
+        checks.append(check_event_stream(conn, limits))
         checks.append(check_dead_tuples(conn, limits))
         checks += check_jobs(conn, limits)
         checks.append(check_unserved_labels(conn))
@@ -377,7 +424,8 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
     default="5m",
     show_default=True,
     callback=duration_callback,
-    help="A snapshot held longer than this fails the xmin horizon check.",
+    help="A snapshot held longer than this fails the xmin horizon check; events held back longer fail the "
+    "event stream check.",
 )
 @click.option(
     "--max-idle-xact",
@@ -406,9 +454,9 @@ def doctor(
     as_json: bool,
 ) -> None:
     """Check the database pgsched runs on: connection, schema, LISTEN, the xmin horizon and who holds it,
-    idle transactions, dead rows, expired leases, the oldest due job, live workers and scanners, schedules
-    that nobody expands or that cannot be expanded, and the NOTIFY queue. Exits 1 when a check fails (warnings
-    do not)."""
+    the event stream and the transaction it waits for, idle transactions, dead rows, expired leases, the
+    oldest due job, live workers and scanners, schedules that nobody expands or that cannot be expanded,
+    and the NOTIFY queue. Exits 1 when a check fails (warnings do not)."""
     limits = Limits(max_xact_age, max_idle_xact, max_due_age, max_dead_ratio)
     checks = run_checks(state(ctx).resolve(), limits)
     if as_json:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from pgsched.api.events import STATES, Event, EventFollower, EventHooks, current_position, read_events
-from pgsched.cli.common import handle_errors, state
+from pgsched.cli.common import handle_errors, printable, state
 
 # The oldest of the last `limit` positions filed.
 _LAST_POSITIONS = """
@@ -30,7 +30,7 @@ def _line(event: Event) -> str:
     if event.error and event.state == "dead":
         lines = event.error.strip().splitlines()
         text += f"  error={lines[-1] if lines else ''}"
-    return text
+    return printable(text)
 
 
 def _write_position(path: Path, position: int) -> None:

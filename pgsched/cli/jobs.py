@@ -23,6 +23,7 @@ from pgsched.cli.common import (
     first_line,
     handle_errors,
     parse_json_object,
+    printable,
     split_csv,
     state,
     timestamp_callback,
@@ -209,6 +210,11 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
     help="A dependency ending dead or cancelled cancels this job, or leaves it waiting for a redrive.  "
     "[default: cancel]",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Enqueue even when TASK is not registered but close to a registered task's name.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job (id, queue, state, run_at) as JSON.")
 @click.pass_context
 @handle_errors
@@ -226,12 +232,16 @@ def enqueue(
     tenant: str | None,
     depends_on: tuple[int, ...],
     on_dependency_failure: str | None,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Enqueue a job of TASK with ARGS_JSON, a JSON object (default {}; '-' reads it from stdin).
 
     Prints the job id. Invalid arguments are refused with exit status 1 and
-    nothing is enqueued.
+    nothing is enqueued. A TASK that is not registered (pgsched.tasks: by a
+    worker, or `pgsched tasks sync`) but is close to a registered name is
+    taken for a typo and refused with a suggestion, unless --force is given;
+    one unlike any registered name is enqueued (its worker may come later).
 
     \b
     Examples:
@@ -257,6 +267,8 @@ def enqueue(
         "on_failure": on_dependency_failure,
     }
     with state(ctx).connect() as conn:
+        if not force:
+            _check_task_name(conn, task)
         row = conn.execute(ENQUEUE, params).fetchone()
         assert row is not None
         job_id = int(row["id"])
@@ -265,6 +277,15 @@ def enqueue(
             emit_json({k: job.get(k) for k in ("id", "queue", "task", "state", "run_at", "table")})
             return
     click.echo(job_id)
+
+
+def _check_task_name(conn: Conn, task: str) -> None:
+    from pgsched.cli.tasks import close_tasks
+
+    close = close_tasks(conn, task)
+    if close:
+        suggestion = " or ".join(repr(name) for name in close)
+        fail(f"task {task!r} is not registered; did you mean {suggestion}? (--force enqueues it anyway)")
 
 
 # -- jobs ----------------------------------------------------------------------
@@ -391,10 +412,10 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
         out.print(build_table(events, EVENT_COLUMNS, title="events"))
     for name, text in streams:
         click.echo(f"\n{name}:")
-        click.echo(text.rstrip("\n"))
+        click.echo(printable(text.rstrip("\n"), lines=True))
     if job.get("error"):
         click.echo("\nerror:")
-        click.echo(job["error"])
+        click.echo(printable(job["error"], lines=True))
 
 
 def _command_streams(job: dict[str, Any]) -> list[tuple[str, str]]:

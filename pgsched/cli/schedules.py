@@ -269,31 +269,28 @@ def _preview_rows(
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     last_offset: timedelta | None = None
-    window = timedelta(days=1)
-    cursor = begin
-    horizon = begin + timedelta(days=3660)
-    while len(rows) < count and cursor < horizon:
-        for occ, decision in cronlib.explain(expr, zone, cursor, cursor + window, gap=gap, overlap=overlap):
-            if decision == "skipped_duplicate":
-                continue
-            offset = occ.local.utcoffset()
-            dst = occ.dst or ""
-            if not dst and last_offset is not None and offset != last_offset:
-                dst = f"offset {_fmt_offset(last_offset)} -> {_fmt_offset(offset)}"
-            last_offset = offset
-            rows.append(
-                {
-                    "local": occ.local.isoformat(),
-                    "utc": occ.fire_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
-                    "decision": decision,
-                    "dst": dst,
-                    "nominal": occ.nominal,
-                }
-            )
-            if len(rows) >= count:
-                break
-        cursor += window
-        window = min(window * 2, timedelta(days=366))
+    # As far ahead as validation looks, computed page by page: a rare schedule ('0 0 * 2 1#5',
+    # next in 2044) shows its first fire, and a frequent one costs what its first rows cost.
+    found = cronlib.iter_explain(expr, zone, begin, begin + cronlib.LOOKAHEAD, gap=gap, overlap=overlap)
+    for occ, decision in found:
+        if decision == "skipped_duplicate":
+            continue
+        offset = occ.local.utcoffset()
+        dst = occ.dst or ""
+        if not dst and last_offset is not None and offset != last_offset:
+            dst = f"offset {_fmt_offset(last_offset)} -> {_fmt_offset(offset)}"
+        last_offset = offset
+        rows.append(
+            {
+                "local": occ.local.isoformat(),
+                "utc": occ.fire_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+                "decision": decision,
+                "dst": dst,
+                "nominal": occ.nominal,
+            }
+        )
+        if len(rows) >= count:
+            break
     return rows
 
 

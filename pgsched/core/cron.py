@@ -15,6 +15,7 @@ import tzdata
 from cronsim import CronSim, CronSimError
 
 __all__ = [
+    "LOOKAHEAD",
     "MACROS",
     "CronError",
     "Decision",
@@ -117,10 +118,14 @@ class Occurrence:
     dst: str | None
 
 
-# About ten years: how far next_fire() and validate() look ahead.
-_HORIZON = timedelta(days=3653)
 # cronsim gives up after 50 years without a match; "none found" is trusted this far ahead.
 _CRONSIM_HORIZON = timedelta(days=49 * 365)
+# How far next_fire() and validate() look ahead: as far as cronsim looks. Every expression that fires
+# at all fires within 40 years (a fifth weekday in February needs a leap year starting on that weekday:
+# '0 0 * 2 1#5' next fires 2044-02-29, and the longest wait of the 400-year calendar is 40 years), so
+# what validate() refuses is what never fires, and what SQL accepts and fires, it accepts too.
+LOOKAHEAD = _CRONSIM_HORIZON
+_HORIZON = LOOKAHEAD
 # Offsets are sampled this often to bound a window's wall-clock range. Exact while no zone
 # changes its offset twice within a day: the closest pair in tzdata 2026 is 7 days apart.
 _OFFSET_SAMPLE = timedelta(days=1)
@@ -162,9 +167,9 @@ class _Schedule:
 
 def validate(expr: str, tz: str) -> None:
     """Raise `CronError` unless ``expr`` parses, ``tz`` is an IANA key, and the schedule fires
-    within about ten years from now (``'0 0 30 2 *'`` never does)."""
+    at all (``'0 0 30 2 *'`` never does; ``'0 0 * 2 1#5'`` does, in 2044)."""
     if next_fire(expr, tz, datetime.now(UTC)) is None:
-        raise CronError(f"cron expression {expr!r} never fires (no occurrence within 10 years)")
+        raise CronError(f"cron expression {expr!r} never fires (no occurrence within {LOOKAHEAD.days // 365} years)")
 
 
 def expand(
@@ -269,7 +274,7 @@ def next_fire(
     gap: GapPolicy = GapPolicy.RUN,
     overlap: OverlapPolicy = OverlapPolicy.ONCE,
 ) -> Occurrence | None:
-    """The first occurrence with ``fire_at > after``, or None if there is none within ~10 years."""
+    """The first occurrence with ``fire_at > after``, or None if there is none within `LOOKAHEAD` (49 years)."""
     start = _utc(after, "after") + timedelta(microseconds=1)
     found = expand(expr, tz, start, start + _HORIZON, gap=gap, overlap=overlap, limit=1)
     return found[0] if found else None

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from pgsched.errors import JobCancelled, LeaseLost, WorkerStopping
+
+# The idempotency key the database gives a schedule's occurrence (add_occurrences): it names the fire time.
+_OCCURRENCE_KEY = re.compile(r"pgsched:schedule:[A-Za-z0-9_.:-]+:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+
+
+def fire_time(idempotency_key: str | None) -> datetime | None:
+    """The fire time of a schedule's occurrence, read from its idempotency key; None for any other key."""
+    found = _OCCURRENCE_KEY.fullmatch(idempotency_key or "")
+    return datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if found else None
 
 
 class JobState(StrEnum):
@@ -108,8 +118,9 @@ class JobContext:
 
     @property
     def scheduled_at(self) -> datetime:
-        """When this attempt was due (UTC, the database's clock)."""
-        return self.job.run_at
+        """When this run was due (UTC, the database's clock): for an occurrence of a recurring schedule,
+        its fire time, on every run (also after a retry, a snooze or a hand-back); else the job's run_at."""
+        return fire_time(self.job.idempotency_key) or self.job.run_at
 
     @property
     def args(self) -> dict[str, Any]:

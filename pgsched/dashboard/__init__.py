@@ -7,7 +7,8 @@ twin under ``/api/`` (and ``/api/history`` the charts' data). Charts are SVG
 drawn on the server from ``pgsched.queue_history``; a small script, allowed
 by its hash, fetches ``/fragments/charts`` again every few seconds. Actions
 are POST forms (cancel, retry, pause, resume; bulk cancel and retry of a
-search after a confirmation page), refused with 403 when read-only. Run it
+search after a confirmation page, each confirmation good once within 15
+minutes), refused with 403 when read-only. Run it
 with ``pgsched dashboard``, or mount ``create_app(dsn)`` in any ASGI server.
 """
 

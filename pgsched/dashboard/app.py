@@ -47,7 +47,7 @@ PAGE_SIZE: Final = 50
 _FLASH: Final = re.compile(r"[a-z ]{1,40} [A-Za-z0-9_.:-]{1,128}: [a-z_]{1,40}")
 _BULK_FLASH: Final = re.compile(r"(cancel|retry) [0-9]{1,6} jobs?: [0-9a-z_, ]{0,300}")
 
-# Bulk actions: at most this many jobs at once, of these states, confirmed within this many seconds.
+# Bulk actions: at most this many jobs at once, of these states, confirmed (once) within this many seconds.
 # The preview reads one job more than the cap, and pgsched.find_jobs returns at most 10,000 a call.
 BULK_CAP: Final = 5_000
 BULK_STATES: Final = {"cancel": ACTIVE_STATES, "retry": ("dead", "cancelled")}
@@ -107,6 +107,7 @@ def create_app(
     app.state.store = store
     app.state.read_only = read_only
     app.state.secret = secrets.token_bytes(32)  # signs bulk-action confirmations; new at every start
+    app.state.used_confirmations = {}  # each confirmation acts once: token -> when it may be forgotten
     return app
 
 
@@ -251,9 +252,21 @@ def _bulk_filters(verb: str, filters: Data) -> Data | None:
     return {**filters, "states": states} if states else None
 
 
-def bulk_token(secret: bytes, verb: str, given: Mapping[str, str], max_id: int, issued: int) -> str:
-    message = json.dumps([verb, sorted(given.items()), max_id, issued]).encode()
+def bulk_token(secret: bytes, verb: str, given: Mapping[str, str], max_id: int, issued: int, nonce: str) -> str:
+    message = json.dumps([verb, sorted(given.items()), max_id, issued, nonce]).encode()
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def _spend(used: dict[str, float], token: str, now: float) -> bool:
+    """Mark a valid confirmation used; False when it was used before. Entries are kept until they expire
+    anyway, so the set holds at most the confirmations of the last BULK_TOKEN_TTL seconds. No await between
+    the check and the mark: two concurrent POSTs of one confirmation cannot both pass."""
+    for old in [t for t, expires in used.items() if expires < now]:
+        del used[old]
+    if token in used:
+        return False
+    used[token] = now + BULK_TOKEN_TTL + 1
+    return True
 
 
 async def load_bulk(request: Request) -> Data | None:
@@ -264,6 +277,7 @@ async def load_bulk(request: Request) -> Data | None:
     total = sum(int(r["n"]) for r in rows)
     max_id = max((int(r["max_id"]) for r in rows), default=0)
     issued = int(time.time())
+    nonce = secrets.token_hex(8)
     return {
         "verb": verb,
         "filters": given,
@@ -273,7 +287,8 @@ async def load_bulk(request: Request) -> Data | None:
         "cap": BULK_CAP,
         "max_id": max_id,
         "issued": issued,
-        "token": bulk_token(request.app.state.secret, verb, given, max_id, issued),
+        "nonce": nonce,
+        "token": bulk_token(request.app.state.secret, verb, given, max_id, issued, nonce),
     }
 
 
@@ -407,11 +422,14 @@ async def bulk_action(request: Request) -> Response:
         max_id, issued = int(form.get("max_id", "")), int(form.get("issued", ""))
     except ValueError:
         raise HTTPException(400, "Confirm the action from its confirmation page.") from None
-    expected = bulk_token(request.app.state.secret, verb, given, max_id, issued)
+    expected = bulk_token(request.app.state.secret, verb, given, max_id, issued, form.get("nonce", ""))
     if not hmac.compare_digest(expected, form.get("token", "")):
         raise HTTPException(403, "This confirmation is not valid (was the dashboard restarted?). Confirm again.")
-    if not 0 <= time.time() - issued <= BULK_TOKEN_TTL:
+    now = time.time()
+    if not 0 <= now - issued <= BULK_TOKEN_TTL:
         raise HTTPException(403, "This confirmation has expired. Confirm again.")
+    if not _spend(request.app.state.used_confirmations, expected, now):
+        raise HTTPException(403, "This confirmation has already been used. Confirm again.")
     narrowed = _bulk_filters(verb, filters)
     rows = [] if narrowed is None else await _store(request).bulk(verb, narrowed, max_id=max_id, cap=BULK_CAP)
     results = {str(r["result"]): int(r["n"]) for r in rows}

@@ -782,6 +782,7 @@ def bulk_confirm(view: View, data: Mapping[str, Any]) -> Safe:
                 *filters.items(),
                 ("max_id", data["max_id"]),
                 ("issued", data["issued"]),
+                ("nonce", data["nonce"]),
                 ("token", data["token"]),
             ]
         )

@@ -2,7 +2,10 @@
 
 Run by the command runner as ``python -I -S _supervise.py WORKER_PID ARGV...``
 (standard library only, so it starts in milliseconds), as the leader of a new
-session. It asks Linux to send it SIGUSR1 when the worker's thread that
+session, with an empty environment: the program's environment arrives on
+stdin (NUL-separated NAME=VALUE, up to EOF), so nothing of the job's ``env``
+(``LD_PRELOAD`` and the like) acts on the supervisor itself; the program's
+stdin is /dev/null. It asks Linux to send it SIGUSR1 when the worker's thread that
 started it dies (PR_SET_PDEATHSIG, which covers SIGKILL of the worker), and
 then SIGKILLs its whole process group: the program and everything the program
 started, not only its first process. It execs the program (no shell) in a
@@ -30,8 +33,24 @@ def _ignore(_signum: int, _frame: FrameType | None) -> None:
     """A handler, not SIG_IGN: handlers are reset by exec, so the program still gets SIGTERM's default."""
 
 
+def _read_environment() -> dict[str, str]:
+    data = b""
+    while chunk := os.read(0, 65536):
+        data += chunk
+    env = {}
+    for item in data.split(b"\0"):
+        if item:
+            name, _, value = item.decode("utf-8", "surrogateescape").partition("=")
+            env[name] = value
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return env
+
+
 def main(args: list[str]) -> None:
     parent, argv = int(args[0]), args[1:]
+    env = _read_environment()
     signal.signal(signal.SIGUSR1, _kill_group)
     signal.signal(signal.SIGTERM, _ignore)
     if sys.platform == "linux":
@@ -44,7 +63,7 @@ def main(args: list[str]) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, env)
         except OSError as exc:
             os.write(2, f"pgsched: cannot run {argv[0]!r}: {exc}\n".encode(errors="replace"))
             os._exit(127 if isinstance(exc, FileNotFoundError) else 126)

@@ -8,9 +8,9 @@ other worker ever claims one. The runner starts the program:
 - without a shell (argv is exec'd as given; ``["sh", "-c", "..."]`` asks for one);
 - in a new session, so in its own process group, which every kill addresses;
 - with ``env`` over a minimal base environment (``base_environment``): PATH,
-  LANG, HOME, and PGSCHED_JOB_ID / PGSCHED_JOB_ATTEMPT / PGSCHED_LEASE_TOKEN;
-  never the worker's own environment, except the variables named by
-  ``--command-pass-env``;
+  LANG, HOME, then PGSCHED_JOB_ID / PGSCHED_JOB_ATTEMPT / PGSCHED_LEASE_TOKEN
+  over both; never the worker's own environment, except the variables named
+  by ``--command-pass-env``; the supervisor itself runs with none;
 - in ``cwd`` (default: the worker user's home), stdin from /dev/null;
 - under a small supervisor (``_supervise.py``, the group's leader) that, on
   Linux, gets a death signal (PR_SET_PDEATHSIG) when the worker dies, even by
@@ -187,23 +187,27 @@ def run(
 ) -> dict[str, Any]:
     """Run one command job to its end; returns its result, or raises RunFailed / LeaseLost / WorkerStopping."""
     environment = base_environment(options.pass_env)
+    environment.update(env)
+    # pgsched's own variables last: the job's env cannot pose as another job or another lease.
     environment.update(
         PGSCHED_JOB_ID=str(ctx.id), PGSCHED_JOB_ATTEMPT=str(ctx.attempt), PGSCHED_LEASE_TOKEN=str(ctx.lease_token)
     )
-    environment.update(env)
     out, err = _Tail(), _Tail()
     started = time.monotonic()
     try:
+        # The supervisor starts with an empty environment (the job's LD_PRELOAD and the like never run
+        # in it) and reads the program's from its stdin, which the program gets as /dev/null.
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", SUPERVISOR, str(os.getpid()), *argv],
-            env=environment,
+            env={},
             cwd=cwd or environment.get("HOME") or "/",
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
+        _hand_environment(proc, environment)
     except (OSError, ValueError) as exc:
         err.add(f"pgsched: cannot run {argv[0]!r}: {exc}\n".encode())
         code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -295,6 +299,21 @@ def _stop_reason(ctx: JobContext, deadline: float | None, now: float) -> str | N
     if deadline is not None and now >= deadline:
         return "timed out"
     return None
+
+
+def _hand_environment(proc: subprocess.Popen[bytes], environment: Mapping[str, str]) -> None:
+    """Write the program's environment to the supervisor's stdin, NUL-separated NAME=VALUE, and close it."""
+    assert proc.stdin is not None
+    payload = b"".join(f"{name}={value}".encode() + b"\0" for name, value in environment.items())
+    try:
+        proc.stdin.write(payload)
+    except BrokenPipeError:  # the supervisor died at start; its exit status tells what happened
+        pass
+    finally:
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
 
 
 def _read(streams: selectors.BaseSelector, timeout: float, proc: subprocess.Popen[bytes] | None) -> None:

@@ -51,8 +51,11 @@ BEGIN
         RETURN 'dead';
     END IF;
 
+    -- Handed back due now (p_run_at NULL): a job already due keeps its run_at, the
+    -- time it was due (a schedule's fire time, what ctx.scheduled_at reports), as an
+    -- expired lease does; only a snooze moves it.
     UPDATE pgsched.jobs j
-    SET run_at = v_run_at,
+    SET run_at = CASE WHEN p_run_at IS NULL THEN LEAST(j.run_at, p_now) ELSE p_run_at END,
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
         -- saturates at the enqueue bound (jobs_max_attempts_range): never overflows
         max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
@@ -67,7 +70,7 @@ BEGIN
         PERFORM pgsched._event(p_job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_worker, p_token)
         WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
-            pg_catalog.jsonb_build_object('run_at', v_run_at));
+            pg_catalog.jsonb_build_object('run_at', v_job.run_at));
         IF v_job.state = 'available' THEN
             PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
         ELSE

@@ -96,7 +96,8 @@ BEGIN
            enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
            CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
            CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
-           CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
+           CASE WHEN q.aging IS NULL THEN v_run_at
+                ELSE GREATEST(v_run_at - coalesce(enqueue.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
     FROM (SELECT) AS one
     LEFT JOIN pgsched.queues q ON q.name = v_queue
     LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1

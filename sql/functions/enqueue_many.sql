@@ -168,7 +168,8 @@ BEGIN
                    CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
                    CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
-                        ELSE coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging END
+                        ELSE GREATEST(coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging,
+                                      v_now - 1000000 * q.aging) END
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
                         concurrency_keys)
                  WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, timeout,
@@ -244,7 +245,8 @@ BEGIN
                enqueue_many.trace_context, i.timeout, i.ckey,
                CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
-               CASE WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
+               CASE WHEN q.aging IS NULL THEN i.run_at
+                    ELSE GREATEST(i.run_at - coalesce(i.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
         FROM input i
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
                                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))

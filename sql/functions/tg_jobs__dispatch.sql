@@ -5,7 +5,8 @@
 -- strict priority (dispatch_rank = -priority), or run_at - priority x aging
 -- under aging (dispatch_rank = 0), so a job due at run_at with priority p
 -- passes a job of priority q due (q - p) x aging later: one priority step per
--- aging interval waited, fixed once, read by one index scan. Under tenant
+-- aging interval waited, fixed once, read by one index scan; never earlier
+-- than now - 1,000,000 x aging (the priority cap). Under tenant
 -- fairness dispatch_group is the tenant, so claims can take turns between
 -- tenants (see _claim_limited). A new job without labels gets its task's
 -- default labels, else its queue's (worker pools, docs/dispatch.md).
@@ -36,8 +37,10 @@ BEGIN
         NEW.dispatch_at := NEW.run_at;
     ELSE
         -- |priority| <= 1e6 and aging <= 1 day: at most 2738 years either way.
+        -- Aged at most to the priority cap: a run_at backdated by years ranks
+        -- with a fresh job of priority 1,000,000, never before it.
         NEW.dispatch_rank := 0;
-        NEW.dispatch_at := NEW.run_at - NEW.priority * v_aging;
+        NEW.dispatch_at := GREATEST(NEW.run_at - NEW.priority * v_aging, pg_catalog.now() - 1000000 * v_aging);
     END IF;
     RETURN NEW;
 END

@@ -231,6 +231,7 @@ def confirm_form(preview: dict[str, Any]) -> dict[str, str]:
         **preview["filters"],
         "max_id": str(preview["max_id"]),
         "issued": str(preview["issued"]),
+        "nonce": str(preview.get("nonce", "")),
         "token": preview["token"],
     }
 
@@ -276,6 +277,26 @@ def test_bulk_cancel_and_retry_after_a_confirmation(serve: Callable[..., Served]
         nothing = http.get("/jobs/bulk/retry", params={"queue": "bulk", "state": "running"})
         assert "No job matching these filters can be retried" in nothing.text
         assert '<form method="post"' not in nothing.text
+
+
+def test_a_bulk_confirmation_is_used_once(serve: Callable[..., Served], db: Conn) -> None:  # noqa: F811
+    jobs = [enqueue(db, "bulk.once", queue="bulk-once") for _ in range(3)]
+    with serve().client() as http:
+        preview = confirmation(http, "cancel", queue="bulk-once")
+        twin = confirmation(http, "cancel", queue="bulk-once")  # a second page for the same filters
+        done = http.post("/jobs/bulk/cancel", data=confirm_form(preview))
+        assert done.status_code == 303
+        assert {current(db, i)["state"] for i in jobs} == {"cancelled"}  # type: ignore[index]
+        db.execute("SELECT pgsched.retry(%s)", [jobs[0]])  # an operator redrives one of them
+
+        replayed = http.post("/jobs/bulk/cancel", data=confirm_form(preview))
+        assert replayed.status_code == 403, replayed.text
+        assert "already been used" in replayed.text
+        assert current(db, jobs[0])["state"] == "available", "a replay changes nothing"  # type: ignore[index]
+
+        other = http.post("/api/jobs/bulk/cancel", data=confirm_form(twin))
+        assert other.status_code == 200, "each confirmation page is its own, used once"
+        assert current(db, jobs[0])["state"] == "cancelled"  # type: ignore[index]
 
 
 def test_bulk_confirmations_expire_and_read_only_refuses(

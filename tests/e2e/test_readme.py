@@ -123,6 +123,13 @@ def test_the_job_dependencies_section_runs_as_written(dsn: str, tmp_path: Path) 
             "SELECT args->>'source', started_at, finished_at FROM pgsched.job_history ORDER BY id"
         ).fetchall()
     assert [r[0] for r in order] == ["a", "b", None, "report", "archive"]
+    # Beside the README's own worker (same database): neither takes the other's jobs.
+    (worker_line,) = re.findall(r"`(pgsched worker [^`]+)`", section("From Python"))
+    served = set(shlex.split(worker_line)[shlex.split(worker_line).index("--queues") + 1].split(","))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queues = {r[0] for r in conn.execute("SELECT queue FROM pgsched.job_history").fetchall()}
+    assert queues.isdisjoint(served), f"the pipeline's jobs {queues} would go to the README's worker ({served})"
+    assert re.search(r"app\.drain\(queues=\[", files["pipeline.py"]), "its drain leaves other apps' queues alone"
     started = {r[0]: r[1] for r in order}
     finished = {r[0]: r[2] for r in order}
     assert started[None] >= max(finished["a"], finished["b"])

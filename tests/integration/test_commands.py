@@ -184,6 +184,29 @@ def test_the_environment_is_minimal_and_never_the_workers(
     assert wait_state(conn, pwd.id, "completed", "dead", timeout=30)["result"]["stdout"] == f"{tmp_path}\n"
 
 
+def test_the_jobs_env_reaches_only_the_program_and_cannot_replace_pgscheds_own_variables(
+    app: App, conn: Conn, command_worker: Any
+) -> None:
+    command_worker()
+    # The program's parent is pgsched's supervisor: its environment at start is in /proc/PPID/environ.
+    script = 'echo "$PGSCHED_JOB_ID $PGSCHED_JOB_ATTEMPT $PGSCHED_LEASE_TOKEN"; tr "\\0" "\\n" < /proc/$PPID/environ'
+    hostile = {
+        "PGSCHED_JOB_ID": "777777",
+        "PGSCHED_JOB_ATTEMPT": "99",
+        "PGSCHED_LEASE_TOKEN": "424242",
+        "LD_PRELOAD": "/nonexistent/pgsched-test.so",
+        "JOB_MARKER": "from-the-job",
+    }
+    job = app.enqueue_command(["sh", "-c", script], env=hostile)
+    row = wait_state(conn, job.id, "completed", "dead", timeout=30)
+    ours, *supervisor = row["result"]["stdout"].splitlines()
+    token = conn.execute("SELECT lease_token FROM pgsched.job_history WHERE id = %s", [job.id]).fetchone()
+    assert token is not None
+    assert ours == f"{job.id} 1 {token['lease_token']}", "pgsched's own variables are applied last"
+    assert not [v for v in supervisor if v.startswith(("LD_PRELOAD=", "JOB_MARKER=", "PGSCHED_"))], supervisor
+    assert row["result"]["exit_code"] == 0
+
+
 def test_no_shell_unless_argv_asks_for_one(app: App, conn: Conn, command_worker: Any) -> None:
     command_worker()
     job = app.enqueue_command(["echo", "$HOME; exit 1", "*"])

@@ -4,6 +4,7 @@ the pass goes on to the next schedule."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import timedelta
@@ -11,7 +12,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from pgsched.cli import main
 from pgsched.core import cron
 from pgsched.db.dbconn import Reconnecting
 from pgsched.runtime.expansion import FIRES_PER_WRITE, MAX_FIRES_PER_EXPANSION, Expander
@@ -102,6 +105,33 @@ def test_a_plain_insert_is_refused_the_same(db: Conn, values: dict[str, Any], me
 def test_what_cron_py_accepts_sql_accepts(db: Conn, expr: str) -> None:
     cron.validate(expr, "UTC")
     assert upsert(db, cron=expr) == 1
+
+
+@pytest.mark.parametrize(
+    ("expr", "first"),
+    [
+        ("0 0 * 2 1#5", "2044-02-29T00:00:00Z"),  # a fifth Monday in February: leap years starting on a Monday
+        ("0 0 29 2 1", "2026-02-02T00:00:00Z"),  # day-of-month or day-of-week: every Monday of February
+        ("0 0 * 2 0#5", "2032-02-29T00:00:00Z"),
+    ],
+)
+def test_a_rare_schedule_is_accepted_by_sql_the_cli_and_app_cron_alike(
+    db: Conn, dsn: str, expr: str, first: str
+) -> None:
+    assert upsert(db, cron=expr) == 1
+    cron.validate(expr, "UTC")
+    env = {"PGSCHED_DSN": dsn, "PGSCHED_NO_EMBEDDED": "1", "PGSCHED_APP": None, "DATABASE_URL": None}
+    runner = CliRunner()
+    added = runner.invoke(main, ["schedules", "add", "rare", expr, "t.tick"], env=env, catch_exceptions=False)
+    assert added.exit_code == 0, added.output
+    shown = runner.invoke(
+        main,
+        ["schedules", "preview", expr, "--from", "2026-01-01T00:00:00+00:00", "--count", "1", "--json"],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert shown.exit_code == 0, shown.output
+    assert [o["utc"] for o in json.loads(shown.output)["occurrences"]] == [first]
 
 
 @pytest.mark.parametrize("macro", sorted(cron.MACROS))

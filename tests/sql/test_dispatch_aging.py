@@ -42,6 +42,21 @@ def test_an_aged_low_priority_job_passes_fresh_high_priority_ones(conn: Conn, no
     assert got == [old_low, *fresh_high, younger_low]
 
 
+@pytest.mark.parametrize("how", ["enqueue", "plain INSERT"])
+def test_a_backdated_run_at_does_not_age_a_job_past_the_priority_cap(conn: Conn, now: datetime, how: str) -> None:
+    configure(conn, aging=timedelta(seconds=1))
+    top = enqueue(conn, priority=1000000, run_at=now)
+    # Priority 0 due 30 years ago: 946 million steps of aging, were it not capped at priority 1,000,000.
+    long_ago = now - timedelta(days=30 * 365)
+    if how == "enqueue":
+        backdated = enqueue(conn, priority=0, run_at=long_ago)
+    else:
+        backdated = scalar(conn, "INSERT INTO pgsched.jobs (task, run_at) VALUES ('t', %s) RETURNING id", [long_ago])
+    below_top = enqueue(conn, priority=999999, run_at=now)
+    got = claim_order(conn, 3, now)
+    assert got == [top, backdated, below_top], "aged up to the cap (it passes 999,999), never past it"
+
+
 def test_aging_orders_each_shard_by_one_index_scan(conn: Conn, now: datetime) -> None:
     configure(conn, aging=timedelta(seconds=1))
     for i in range(200):
