@@ -63,11 +63,13 @@
 \ir functions/pause_schedule.sql
 \ir functions/promote_due.sql
 \ir functions/read_events.sql
+\ir functions/record_step.sql
 \ir functions/register_tasks.sql
 \ir functions/register_worker.sql
 \ir functions/release.sql
 \ir functions/release_shards.sql
 \ir functions/remove_schedule.sql
+\ir functions/report_progress.sql
 \ir functions/resume_queue.sql
 \ir functions/resume_schedule.sql
 \ir functions/retry.sql

@@ -91,13 +91,15 @@ SELECT * FROM (
     SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
            j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
            j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service,
+           j.progress, j.progress_note, j.progress_at, j.steps
     FROM pgsched.jobs j
     WHERE j.id = %(id)s
     UNION ALL
     (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
             h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service
+            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service,
+            h.progress, h.progress_note, h.progress_at, h.steps
      FROM pgsched.job_history h
      WHERE h.id = %(id)s
      ORDER BY h.finished_at DESC
@@ -371,7 +373,7 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
     for key, value in job.items():
-        if key in ("table", "error", "result") or value in (None, [], "") or (key == "service" and not value):
+        if key in _SHOWN_APART or value in (None, [], "") or (key == "service" and not value):
             continue
         text = _json_text(value) if isinstance(value, dict | list) else cell(value)
         fields.add_row(key, Text(text))
@@ -383,9 +385,16 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
                 fields.add_row(key, Text(cell(result[key])))
     elif result is not None:
         fields.add_row("result", Text(_json_text(result)))
+    if job.get("progress") is not None:
+        fields.add_row(
+            "progress", Text(progress_text(job["progress"], job.get("progress_note"), job.get("progress_at")))
+        )
     fields.add_row("stored in", Text(f"pgsched.{job['table']}"))
     out = console()
     out.print(fields)
+    if job.get("steps"):
+        out.print()
+        out.print(build_table(_step_rows(job["steps"]), STEP_COLUMNS, title="steps"))
     if events:
         out.print()
         out.print(build_table(events, EVENT_COLUMNS, title="events"))
@@ -395,6 +404,35 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
     if job.get("error"):
         click.echo("\nerror:")
         click.echo(job["error"])
+
+
+_SHOWN_APART = ("table", "error", "result", "progress", "progress_note", "progress_at", "steps")
+STEP_COLUMNS = ("step", "attempt", "at", "worker", "result")
+
+
+def progress_text(fraction: float, note: str | None, at: Any) -> str:
+    """A progress report as one line: '42% note (at ...)'."""
+    text = f"{fraction * 100:.0f}%"
+    if note:
+        text += f" {note}"
+    return f"{text} (at {cell(at)})" if at is not None else text
+
+
+def _step_rows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's durable steps for the table: their results as short JSON (``--json`` has them whole)."""
+    rows = []
+    for step in steps:
+        shown = _json_text(step.get("result"))
+        rows.append(
+            {
+                "step": step.get("name"),
+                "attempt": step.get("attempt"),
+                "at": step.get("at"),
+                "worker": step.get("worker"),
+                "result": shown if len(shown) <= 80 else shown[:77] + "...",
+            }
+        )
+    return rows
 
 
 def _command_streams(job: dict[str, Any]) -> list[tuple[str, str]]:

@@ -217,3 +217,22 @@ SELECT w.labels, pg_catalog.array_agg(w.name ORDER BY w.name) AS workers,
 FROM pgsched.workers_live w, unnest(w.queues) q
 GROUP BY w.labels
 ORDER BY w.labels;
+
+-- name: report_progress
+SELECT job_id, kept FROM pgsched.report_progress(%s::bigint[], %s::bigint[], %s::real[], %s::text[]);
+
+-- name: record_step
+SELECT pgsched.record_step(%s, %s, %s, %s::jsonb);
+
+-- name: job_steps
+-- The recorded steps of a job this run still holds (fenced by the token): no row when it lost the lease.
+SELECT steps FROM pgsched.jobs WHERE id = %s AND shard = %s AND lease_token = %s AND state = 'running';
+
+-- name: job_progress
+-- A job's last progress report (ctx.progress) and its steps: its active row, else its latest history.
+SELECT progress, progress_note, progress_at, steps FROM (
+    SELECT 0 AS rank, j.progress, j.progress_note, j.progress_at, j.steps FROM pgsched.jobs j WHERE j.id = %s
+    UNION ALL
+    (SELECT 1, h.progress, h.progress_note, h.progress_at, h.steps
+     FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
+) s ORDER BY rank LIMIT 1;

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.outcome import format_seconds
 from pgsched.errors import LeaseLost, RunFailed, WorkerStopping
+from pgsched.runtime.command_progress import ProgressLines
 
 if TYPE_CHECKING:
     from pgsched.api.app import App
@@ -158,15 +159,18 @@ def make_handler(options: CommandOptions) -> Any:
 
 
 class _Tail:
-    """The last OUTPUT_CAP bytes of a stream, and how many bytes it had."""
+    """The last OUTPUT_CAP bytes of a stream, and how many bytes it had (and its progress lines, if watched)."""
 
-    __slots__ = ("data", "total")
+    __slots__ = ("data", "progress", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, progress: ProgressLines | None = None) -> None:
         self.data = bytearray()
         self.total = 0
+        self.progress = progress
 
     def add(self, chunk: bytes) -> None:
+        if self.progress is not None:
+            self.progress.feed(chunk)
         self.total += len(chunk)
         self.data += chunk
         if len(self.data) > OUTPUT_CAP:
@@ -191,7 +195,7 @@ def run(
         PGSCHED_JOB_ID=str(ctx.id), PGSCHED_JOB_ATTEMPT=str(ctx.attempt), PGSCHED_LEASE_TOKEN=str(ctx.lease_token)
     )
     environment.update(env)
-    out, err = _Tail(), _Tail()
+    out, err = _Tail(ProgressLines(ctx)), _Tail()
     started = time.monotonic()
     try:
         proc = subprocess.Popen(

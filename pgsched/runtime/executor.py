@@ -20,6 +20,7 @@ from pgsched.errors import LeaseLost
 from pgsched.observe import otel
 from pgsched.runtime.commands import COMMAND_TASK, overrun_error
 from pgsched.runtime.deadlines import Deadlines
+from pgsched.runtime.journal import Journal
 from pgsched.runtime.loopwatch import LoopWatch
 from pgsched.runtime.procpool import ChildSlot
 
@@ -43,8 +44,12 @@ def run_sync(
     """
     if otel.ENABLED and otel.live():
         with otel.run_span(ctx) as span:
-            return span.end(_run_sync(task, ctx, await_value))
-    return _run_sync(task, ctx, await_value)
+            outcome = span.end(_run_sync(task, ctx, await_value))
+    else:
+        outcome = _run_sync(task, ctx, await_value)
+    if ctx._progress_pending and ctx._journal is not None:
+        ctx._journal.settle(ctx)  # the last progress report goes before the outcome
+    return outcome
 
 
 def _run_sync(
@@ -89,8 +94,12 @@ async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
     span)."""
     if otel.ENABLED and otel.live():
         with otel.run_span(ctx) as span:
-            return span.end(await _run_async(task, ctx))
-    return await _run_async(task, ctx)
+            outcome = span.end(await _run_async(task, ctx))
+    else:
+        outcome = await _run_async(task, ctx)
+    if ctx._progress_pending and ctx._journal is not None:
+        await asyncio.to_thread(ctx._journal.settle, ctx)  # the last progress report goes before the outcome
+    return outcome
 
 
 async def _run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
@@ -200,6 +209,7 @@ class Executor:
         self._started = threading.Event()
         self.gate: Callable[[list[JobContext]], None] | None = None
         self.on_launch: Callable[[list[JobContext]], None] | None = None  # told of each batch about to run
+        self.journal: Journal | None = None  # progress and durable steps of the handlers (from start(), with dsn)
 
     def _new_thread(self, i: int) -> threading.Thread:
         slot = None
@@ -212,6 +222,8 @@ class Executor:
     def start(self) -> None:
         # The process pool watches deadlines too: command jobs run on its threads (_in_child).
         self._deadlines = Deadlines(self._overrun)
+        if self.dsn is not None and self.journal is None:
+            self.journal = Journal(self.dsn, prepare=False)  # opens its connection at the first use
         for thread in self._threads:
             thread.start()
 
@@ -292,6 +304,9 @@ class Executor:
         """Run jobs that hold a slot (each checks its stop signals first)."""
         if self.on_launch is not None:
             self.on_launch(contexts)
+        if self.journal is not None:
+            for ctx in contexts:
+                ctx._journal = self.journal
         coroutines: list[tuple[Task[Any, Any], JobContext]] = []
         for ctx in contexts:
             task = self._resolve(ctx.job.task)
@@ -456,6 +471,8 @@ class Executor:
             self._deadlines.close()
         if self._watch is not None:
             self._watch.close()
+        if self.journal is not None:
+            self.journal.close()
         for _ in self._threads:
             self._queue.put(None)
         loop = self._loop

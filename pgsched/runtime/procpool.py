@@ -153,6 +153,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
 
         from pgsched.api.loader import load_app
         from pgsched.runtime.executor import _await, run_sync
+        from pgsched.runtime.journal import Journal
 
         app = load_app(app_ref)
         if dsn is not None:
@@ -160,6 +161,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
     except BaseException as exc:  # reported to the worker, which fails the job with it
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    journal = None if dsn is None else Journal(dsn, prepare=False)  # connects at the first progress or step
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -170,7 +172,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
             return
         job, worker, timeout = message
         assert isinstance(job, ClaimedJob)
-        ctx = JobContext(job=job, worker=worker, timeout=timeout)
+        ctx = JobContext(job=job, worker=worker, timeout=timeout, _journal=journal)
         outcome = run_sync(app.tasks.get(job.task), ctx, lambda value: asyncio.run(_await(value)))
         try:
             conn.send(outcome)

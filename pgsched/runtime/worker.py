@@ -165,7 +165,13 @@ class Worker:
         self._rate_wait: float | None = None  # set when every queue is at its rate limit
         self._next_rate_check = 0.0
         self.metrics = WorkerMetrics(
-            name=self.name, concurrency=self.options.concurrency, running=lambda: len(self._held), version=VERSION
+            name=self.name,
+            concurrency=self.options.concurrency,
+            running=lambda: len(self._held),
+            version=VERSION,
+            progress=lambda: [
+                (c.queue, c.task, c.id, c.last_progress[0]) for c in list(self._held.values()) if c.last_progress
+            ],
         )
         self._metrics_server: MetricsServer | None = None
 

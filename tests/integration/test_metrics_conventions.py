@@ -35,6 +35,7 @@ WORKER_TYPES = {
     "pgsched_worker_running": "gauge",
     "pgsched_worker_concurrency": "gauge",
     "pgsched_worker_info": "gauge",
+    "pgsched_worker_job_progress": "gauge",
 }
 QUEUE_TYPES = {
     "pgsched_database_up": "gauge",
