@@ -56,6 +56,9 @@ CREATE TABLE pgsched.jobs (
     -- Durable steps' results (ctx.step, pgsched.record_step): a JSON array of
     -- {name, result, at, attempt, token, worker} in the order they finished (docs/steps.md).
     steps               jsonb,
+    -- A service's resource limits (enqueue_service; a command's are in its args): MiB and CPUs, NULL: none.
+    memory_limit        integer,
+    cpu_limit           real,
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -132,6 +135,8 @@ CREATE TABLE pgsched.job_history (
     progress_note       text,
     progress_at         timestamptz,
     steps               jsonb,            -- durable steps' results (jobs.steps), dropped with the row
+    memory_limit        integer,          -- a service's resource limits (jobs.memory_limit, cpu_limit)
+    cpu_limit           real,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -237,7 +242,8 @@ CREATE TABLE pgsched.workers (
     started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     running    integer     NOT NULL DEFAULT 0,
-    version    text
+    version    text,
+    resource_limits text   -- how it limits command runs (cgroup v2/v1, rlimit); NULL: it runs none
 );
 
 -- Per-minute, per-queue rollup of finished work, failures, start lag, run time

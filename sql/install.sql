@@ -11,6 +11,7 @@
 \ir functions/_check_job.sql
 \ir functions/_check_run_options.sql
 \ir functions/_check_command_task.sql
+\ir functions/_check_resource_limits.sql
 \ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
 \ir functions/_cron_value.sql

@@ -11,11 +11,11 @@ SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, 
 -- name: enqueue_command
 SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
                                coalesce(%s::timestamptz, now() + %s::interval), %s::integer, %s::text, %s::text[],
-                               %s::text);
+                               %s::text, %s::integer, %s::real);
 
 -- name: enqueue_service
 SELECT pgsched.enqueue_service(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval),
-                               %s::integer, %s::text, %s::integer, %s::text[], %s::text);
+                               %s::integer, %s::text, %s::integer, %s::text[], %s::text, %s::integer, %s::real);
 
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job),
@@ -111,7 +111,7 @@ SELECT pgsched.maintain();
 SELECT pgsched.register_tasks(%s);
 
 -- name: register_worker
-SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s);
+SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s, %s);
 
 -- name: unregister_worker
 SELECT pgsched.unregister_worker(%s);

@@ -38,6 +38,7 @@ from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
 from pgsched.runtime.heartbeater import Heartbeater
+from pgsched.runtime.limits import resource_limits
 from pgsched.runtime.listener import Listener
 from pgsched.runtime.routing import ClaimQueues, warn_unserved
 from pgsched.runtime.starter import Starter
@@ -318,6 +319,7 @@ class Worker:
                 list(self.options.labels),
                 self.options.concurrency,
                 VERSION,
+                resource_limits(self.options.labels),
             ),
         )
 
