@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "worker",
     "schedules",
     "jobs",
+    "command",
     "stats",
     "db",
     "demo",

@@ -12,6 +12,7 @@ import click
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgsched.cli.command import CPUS_HELP, MEMORY_HELP, cpus_callback, memory_callback
 from pgsched.cli.common import (
     build_table,
     cell,
@@ -42,6 +43,15 @@ SELECT pgsched.enqueue(
     priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
     labels => %(labels)s::text[], tenant => %(tenant)s::text,
     depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text) AS id
+"""
+
+ENQUEUE_SERVICE = """
+SELECT pgsched.enqueue_service(
+    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
+    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
+    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
+    labels => %(labels)s::text[], tenant => %(tenant)s::text,
+    memory_limit => %(memory_limit)s::integer, cpu_limit => %(cpu_limit)s::real) AS id
 """
 
 # One row per job, newest id first: the active row when there is one, else
@@ -211,6 +221,9 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
     help="A dependency ending dead or cancelled cancels this job, or leaves it waiting for a redrive.  "
     "[default: cancel]",
 )
+@click.option("--service", is_flag=True, help="A service job: runs until cancelled (docs/services.md).")
+@click.option("--memory", callback=memory_callback, default=None, metavar="SIZE", help=MEMORY_HELP + " Services only.")
+@click.option("--cpus", type=float, callback=cpus_callback, default=None, help=CPUS_HELP + " Services only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job (id, queue, state, run_at) as JSON.")
 @click.pass_context
 @handle_errors
@@ -228,6 +241,9 @@ def enqueue(
     tenant: str | None,
     depends_on: tuple[int, ...],
     on_dependency_failure: str | None,
+    service: bool,
+    memory: int | None,
+    cpus: float | None,
     as_json: bool,
 ) -> None:
     """Enqueue a job of TASK with ARGS_JSON, a JSON object (default {}; '-' reads it from stdin).
@@ -241,9 +257,16 @@ def enqueue(
       pgsched enqueue reports.build --delay 5m --idempotency-key report-2030-01-31
       echo '{"n": 1}' | pgsched enqueue app.count - --run-at 2030-01-31T09:00:00Z
       pgsched enqueue reports.merge --depends-on 41 --depends-on 42
+      pgsched enqueue ingest.consume '{"topic": "orders"}' --service --memory 256M --cpus 0.5
     """
     if delay is not None and run_at is not None:
         raise click.UsageError("pass either --delay or --run-at, not both", ctx=ctx)
+    if (memory is not None or cpus is not None) and not service:
+        raise click.UsageError(
+            "--memory and --cpus limit services (--service) and command jobs (enqueue-command)", ctx=ctx
+        )
+    if service and (depends_on or on_dependency_failure):
+        raise click.UsageError("a service (--service) takes no --depends-on", ctx=ctx)
     params = {
         "task": task,
         "args": Jsonb(_read_args(args_json)),
@@ -257,9 +280,11 @@ def enqueue(
         "tenant": tenant,
         "depends_on": list(depends_on) or None,
         "on_failure": on_dependency_failure,
+        "memory_limit": memory,
+        "cpu_limit": cpus,
     }
     with state(ctx).connect() as conn:
-        row = conn.execute(ENQUEUE, params).fetchone()
+        row = conn.execute(ENQUEUE_SERVICE if service else ENQUEUE, params).fetchone()
         assert row is not None
         job_id = int(row["id"])
         if as_json:
