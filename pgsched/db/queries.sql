@@ -236,3 +236,7 @@ SELECT progress, progress_note, progress_at, steps FROM (
     (SELECT 1, h.progress, h.progress_note, h.progress_at, h.steps
      FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
 ) s ORDER BY rank LIMIT 1;
+
+-- name: job_limits
+-- A service job's resource limits (MiB, CPUs), read by a --pool process worker when its run starts.
+SELECT memory_limit, cpu_limit FROM pgsched.jobs WHERE id = %s AND shard = %s;

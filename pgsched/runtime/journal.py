@@ -82,6 +82,16 @@ class Journal:
     def record(self, ctx: JobContext, name: str, result: str) -> None:
         self._call(lambda conn: record_step(conn, ctx, name, result))
 
+    def resource_limits(self, ctx: JobContext) -> tuple[int | None, float | None]:
+        """A service job's memory_limit (MiB) and cpu_limit (CPUs), read when its run starts (--pool process)."""
+
+        def run(conn: psycopg.Connection[Any]) -> tuple[int | None, float | None]:
+            row = conn.execute(queries.JOB_LIMITS, (ctx.id, ctx.job.shard)).fetchone()
+            return (None, None) if row is None else (row[0], row[1])
+
+        found: tuple[int | None, float | None] = self._call(run)
+        return found
+
     def settle(self, ctx: JobContext) -> None:
         if ctx._progress_pending and not ctx.lease_lost:
             with self._lock:

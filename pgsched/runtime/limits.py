@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import resource
 import signal
 import threading
 import time
@@ -120,6 +121,21 @@ class Mechanism:
             raise
         return Run(self, limits, groups, rlimits)
 
+    def confine(self, pid: int, limits: RunLimits, run: str) -> Run:
+        """Put a running process (a handler child of --pool process) under limits: into the run's groups, else
+        its rlimits set from outside (prlimit). Its usage and the removal of the groups come with ``finish``."""
+        confined = self.open(limits, run, None)
+        confined.started()
+        try:
+            for group in confined.groups:
+                _write(group.path / "cgroup.procs", str(pid))
+            if "as" in confined.rlimits:
+                resource.prlimit(pid, resource.RLIMIT_AS, (confined.rlimits["as"], confined.rlimits["as"]))
+        except OSError:
+            confined.finish(None)
+            raise
+        return confined
+
     def _make(self, base: tuple[Path, int], controller: str, run: str, limits: RunLimits) -> _Group:
         folder, version = base
         group = _Group(folder / run, version, controller if version == 1 else "unified")
@@ -154,6 +170,7 @@ class Run:
         self.mechanism = mechanism
         self.limits = limits
         self.groups = groups
+        self.rlimits = rlimits
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         spec = {"procs": [str(g.path / "cgroup.procs") for g in groups], "rlimits": rlimits, "report": self._write_fd}

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from pgsched import App
+from pgsched import App, JobContext
 from pgsched.cli import main
 from pgsched.runtime import limits
 from tests.integration.conftest import events, wait_for, wait_state
@@ -178,3 +179,65 @@ def test_doctor_reports_how_each_command_worker_limits_its_runs(
     assert check["data"]["workers"][worker.worker.name] == limits.mechanism().describe()
     assert check["data"]["workers"]["old-host:1:ab"].startswith("rlimit")
     assert "rlimits only" in check["detail"]
+
+
+@pytest.fixture
+def limits_app(dsn: str) -> Iterator[App]:
+    """The importable app of limits_app, pointed at this test's database."""
+    from tests.integration import limits_app as module
+
+    module.app.configure(dsn)
+    yield module.app
+    module.app.close()
+
+
+def test_a_service_in_the_process_pool_runs_under_its_memory_limit(
+    conn: Conn, start_worker: Any, limits_app: App
+) -> None:
+    if not _cgroups():
+        pytest.skip("a cgroup per run needs a writable cgroup hierarchy")
+    start_worker(limits_app, concurrency=1, pool="process", app_ref="tests.integration.limits_app:app")
+    hog = conn.execute(
+        "SELECT pgsched.enqueue_service('limits.hog', '{\"mib\": 300}', memory_limit => 64, max_attempts => 1) AS id"
+    ).fetchone()
+    assert hog is not None
+    row = wait_state(conn, hog["id"], "dead", "completed", timeout=60)
+    assert (row["state"], row["error"]) == ("dead", "killed: memory limit 64 MiB exceeded")
+    small = conn.execute(
+        "SELECT pgsched.enqueue_service('limits.hog', '{\"mib\": 10}', memory_limit => 64, max_attempts => 1) AS id"
+    ).fetchone()
+    assert small is not None
+    assert wait_state(conn, small["id"], "dead", "completed", timeout=60)["state"] == "completed"
+    limit = conn.execute(
+        "SELECT pgsched.enqueue_service('limits.memory', memory_limit => 128, max_attempts => 1) AS id"
+    ).fetchone()
+    assert limit is not None
+    row = wait_state(conn, limit["id"], "dead", "completed", timeout=60)
+    if limits.mechanism().name == "cgroup v1":
+        assert row["result"] == str(128 * 1024 * 1024)
+
+
+def test_the_python_api_refuses_bad_limits_before_any_round_trip_and_passes_good_ones(app: App, conn: Conn) -> None:
+    for bad, error in ((-1, ValueError), (3, ValueError), (True, TypeError), ("512M", TypeError)):
+        with pytest.raises(error, match="memory_limit"):
+            app.enqueue_command(["true"], memory_limit=bad)
+    for bad_cpu in (-0.5, float("nan"), 0.001, 2000):
+        with pytest.raises(ValueError, match="cpu_limit"):
+            app.enqueue_command(["true"], cpu_limit=bad_cpu)
+
+    @app.service(name="svc.limited", memory_limit=256, cpu_limit=0.5)
+    def limited(ctx: JobContext) -> None: ...
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    with pytest.raises(ValueError, match="only services"):
+        plain.using(memory_limit=64).enqueue()
+    with pytest.raises(ValueError, match="cpu_limit"):
+        app.service(name="svc.bad", cpu_limit=-1)
+    assert conn.execute("SELECT count(*) AS n FROM pgsched.jobs").fetchone() == {"n": 0}
+    handle = limited.enqueue()
+    own = limited.using(memory_limit=0).enqueue()  # 0: no limit
+    rows = {r["id"]: r for r in conn.execute("SELECT id, memory_limit, cpu_limit FROM pgsched.jobs").fetchall()}
+    assert (rows[handle.id]["memory_limit"], rows[handle.id]["cpu_limit"]) == (256, 0.5)
+    assert (rows[own.id]["memory_limit"], rows[own.id]["cpu_limit"]) == (None, 0.5)
