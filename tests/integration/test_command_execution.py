@@ -52,6 +52,13 @@ ALLOCATE_300_MIB = "import time; x = b'x' * (300 * 1024 * 1024); print('allocate
 BURN_CPU = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5: pass\n"
 
 
+# The CPU quota of the program's own cgroup (v1): quota and period, in microseconds.
+QUOTA = (
+    'p=$(grep -E "^[0-9]+:([^:]*,)?cpu(,[^:]*)?:" /proc/self/cgroup | cut -d: -f3);'
+    ' d=/sys/fs/cgroup/cpu$p; echo "$(cat $d/cpu.cfs_quota_us) $(cat $d/cpu.cfs_period_us)"'
+)
+
+
 def _cgroups() -> bool:
     return limits.mechanism().name != "rlimit"
 
@@ -120,6 +127,10 @@ def test_a_cpu_bound_command_gets_at_most_its_cpu_limit(
     assert result["cpu_limit"] == 0.5
     rate = result["cpu_s"] / result["duration_s"]
     assert rate <= 0.6, f"{result['cpu_s']} CPU s in {result['duration_s']} s"
+    if limits.mechanism().name == "cgroup v1":  # on a busy host the rate alone proves little: read the quota
+        quota = app.enqueue_command(["sh", "-c", QUOTA], cpu_limit=0.5, max_attempts=1)
+        row = wait_state(conn, quota.id, "dead", "completed", timeout=60)
+        assert row["result"]["stdout"] == "50000 100000\n"
 
 
 def test_without_cgroups_rlimits_bound_memory_and_the_log_says_what_is_not_enforced(
