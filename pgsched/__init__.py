@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pgsched.api.app import App
 from pgsched.api.events import Event
-from pgsched.api.handle import JobHandle, JobStatus
+from pgsched.api.handle import JobHandle, JobStatus, Progress
 from pgsched.core.job import ClaimedJob, JobContext, JobState, current_job
 from pgsched.core.task import JobSpec, Ref, Task
 from pgsched.errors import (
@@ -56,6 +56,7 @@ __all__ = [
     "JobWasCancelled",
     "LeaseLost",
     "PgschedError",
+    "Progress",
     "Ref",
     "ResultTimeout",
     "Retry",

@@ -60,6 +60,12 @@ CREATE TABLE pgsched.config (
     command_timeout_margin interval   NOT NULL DEFAULT '30 seconds',  -- a command job's timeout column: its timeout + this
     -- a job whose task no live worker of its queue has registered for this long goes dead (pgsched.pass_over)
     unserved_task_timeout interval    NOT NULL DEFAULT '10 minutes',
+    -- Resource limits of each run (docs/commands.md): MiB of memory and CPUs,
+    -- the defaults of enqueue_command / enqueue_service; NULL: unlimited.
+    command_memory_limit  integer     DEFAULT 512,
+    command_cpu_limit     real        DEFAULT 1.0,
+    service_memory_limit  integer     DEFAULT 1024,
+    service_cpu_limit     real        DEFAULT 2.0,
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
@@ -79,7 +85,11 @@ CREATE TABLE pgsched.config (
     CONSTRAINT config_command_timeout_margin_range CHECK (
         command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day'),
     CONSTRAINT config_unserved_task_timeout_range CHECK (
-        unserved_task_timeout BETWEEN interval '1 second' AND interval '365 days')
+        unserved_task_timeout BETWEEN interval '1 second' AND interval '365 days'),
+    -- NULL (unlimited) passes; NaN is above every number, so it fails.
+    CONSTRAINT config_resource_limits_range CHECK (
+        command_memory_limit BETWEEN 4 AND 4194304 AND service_memory_limit BETWEEN 4 AND 4194304
+        AND command_cpu_limit BETWEEN 0.01 AND 1024 AND service_cpu_limit BETWEEN 0.01 AND 1024)
 );
 COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 

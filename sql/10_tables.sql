@@ -48,6 +48,18 @@ CREATE TABLE pgsched.jobs (
     dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
     dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
     dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
+    -- The handler's last ctx.progress() report, of whichever attempt made it;
+    -- written only by pgsched.report_progress, which checks it (no CHECK here:
+    -- each costs every INSERT).
+    progress            real,             -- 0 to 1
+    progress_note       text,
+    progress_at         timestamptz,
+    -- Durable steps' results (ctx.step, pgsched.record_step): a JSON array of
+    -- {name, result, at, attempt, token, worker} in the order they finished (docs/steps.md).
+    steps               jsonb,
+    -- A service's resource limits (enqueue_service; a command's are in its args): MiB and CPUs, NULL: none.
+    memory_limit        integer,
+    cpu_limit           real,
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -120,6 +132,12 @@ CREATE TABLE pgsched.job_history (
     claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
     concurrency_key     text,
     timeout             interval,         -- the job's own run limit, given back by a redrive (retry)
+    progress            real,             -- the last progress report (jobs.progress)
+    progress_note       text,
+    progress_at         timestamptz,
+    steps               jsonb,            -- durable steps' results (jobs.steps), dropped with the row
+    memory_limit        integer,          -- a service's resource limits (jobs.memory_limit, cpu_limit)
+    cpu_limit           real,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -233,7 +251,8 @@ CREATE TABLE pgsched.workers (
     last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     running    integer     NOT NULL DEFAULT 0,
     version    text,
-    tasks      text[]      -- the tasks it runs; NULL: not reported (taken as any task)
+    tasks      text[],     -- the tasks it runs; NULL: not reported (taken as any task)
+    resource_limits text   -- how it limits command runs (cgroup v2/v1, rlimit); NULL: it runs none
 );
 
 -- Per-minute, per-queue rollup of finished work, failures, start lag, run time

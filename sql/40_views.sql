@@ -132,7 +132,8 @@ COMMENT ON VIEW pgsched.queue_history IS
 -- the claim of every attempt that did not complete) and those derived from
 -- the job's own row: the claim of the attempt running now (jobs.claimed_at)
 -- and the claim and completion of a completed job's last attempt
--- (job_history.claimed_at, finished_at). source says which; seq is the
+-- (job_history.claimed_at, finished_at), and each durable step's finish
+-- (kind 'step', detail {name}; jobs.steps or job_history.steps). source says which; seq is the
 -- event's for a recorded one. Rows filed before job_history had claimed_at
 -- kept recorded claimed/completed events and are not derived again.
 -- security_invoker: the reader's row-level security applies, as on the
@@ -156,6 +157,14 @@ FROM (
     FROM pgsched.job_history h
     CROSS JOIN LATERAL (VALUES (h.claimed_at, 'claimed', 0), (h.finished_at, 'completed', 2)) AS d(at, kind, step)
     WHERE h.state = 'completed' AND h.claimed_at IS NOT NULL
+    UNION ALL
+    -- durable steps (docs/steps.md), of an active or a finished job: name only, never the result
+    SELECT s.id, (e.step ->> 'at')::timestamptz, 'step', (e.step ->> 'attempt')::integer, e.step ->> 'worker',
+           (e.step ->> 'token')::bigint, pg_catalog.jsonb_build_object('name', e.step -> 'name'), 'derived', NULL, 1
+    FROM (SELECT j.id, j.steps FROM pgsched.jobs j WHERE j.steps IS NOT NULL
+          UNION ALL
+          SELECT h.id, h.steps FROM pgsched.job_history h WHERE h.steps IS NOT NULL) s
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(s.steps) AS e(step)
 ) t
 ORDER BY t.job_id, t.at, t.attempt, t.step, t.seq;
 COMMENT ON VIEW pgsched.job_timeline IS

@@ -11,6 +11,7 @@
 \ir functions/_check_job.sql
 \ir functions/_check_run_options.sql
 \ir functions/_check_command_task.sql
+\ir functions/_check_resource_limits.sql
 \ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
 \ir functions/_cron_value.sql
@@ -64,11 +65,13 @@
 \ir functions/pause_schedule.sql
 \ir functions/promote_due.sql
 \ir functions/read_events.sql
+\ir functions/record_step.sql
 \ir functions/register_tasks.sql
 \ir functions/register_worker.sql
 \ir functions/release.sql
 \ir functions/release_shards.sql
 \ir functions/remove_schedule.sql
+\ir functions/report_progress.sql
 \ir functions/resume_queue.sql
 \ir functions/resume_schedule.sql
 \ir functions/retry.sql

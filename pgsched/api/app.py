@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from pgsched.api.events import EventHooks, H
 from pgsched.api.handle import JobHandle
-from pgsched.core.task import JobSpec, Ref, Task, check_timeout
+from pgsched.core.task import JobSpec, Ref, Task, check_resource_limits, check_timeout
 from pgsched.db import queries
 from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 from pgsched.observe import otel
@@ -187,6 +187,8 @@ class App:
         retry_backoff_max: float | None = None,
         retry_jitter: float | None = None,
         labels: Sequence[str] = (),
+        memory_limit: int | None = None,
+        cpu_limit: float | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register a service: a handler that runs until its job is cancelled (docs/services.md).
 
@@ -197,8 +199,11 @@ class App:
         again and you get the running one. The handler should loop until
         ``ctx.should_stop`` (take a JobContext parameter); a run that raises
         is retried by the policy like any task, one that returns ends the
-        job completed.
+        job completed. ``memory_limit`` (MiB) and ``cpu_limit`` (CPUs) are its
+        jobs' resource limits (None: config.service_memory_limit / cpu_limit,
+        0: none); enforced in ``--pool process`` workers.
         """
+        check_resource_limits(memory_limit, cpu_limit, "a service")
 
         def register(func: Callable[P, R]) -> Task[P, R]:
             created = self.task(
@@ -212,6 +217,7 @@ class App:
                 labels=labels,
             )(func)
             created.service = True
+            created.memory_limit, created.cpu_limit = memory_limit, cpu_limit
             return created
 
         return register
@@ -501,11 +507,15 @@ class App:
         idempotency_key: str | None = None,
         labels: Sequence[str] | None = None,
         tenant: str | None = None,
+        memory_limit: int | None = None,
+        cpu_limit: float | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> JobHandle:
         """Enqueue a command job (pgsched.enqueue_command; needs the role pgsched_command): run argv on a
         ``--commands`` worker, no shell, ``env`` over a minimal environment, killed after ``timeout``
         (seconds or a timedelta). Its result: exit_code, stdout, stderr, duration_s (docs/commands.md).
+        ``memory_limit`` (MiB) and ``cpu_limit`` (CPUs) bound each run; None: config.command_memory_limit and
+        command_cpu_limit (512 MiB and 1 CPU unless changed), 0: no limit.
 
         Refused with ValueError/TypeError before any round trip: an empty argv, a
         non-string or NUL-bearing element or env value, a relative cwd, sizes past
@@ -513,7 +523,7 @@ class App:
         """
         params = _command_params(
             argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
-        )
+        ) + _limit_params(memory_limit, cpu_limit)
         return JobHandle(int(self._run(conn, queries.ENQUEUE_COMMAND, params)[0][0]), self)
 
     async def enqueue_command_async(
@@ -531,12 +541,14 @@ class App:
         idempotency_key: str | None = None,
         labels: Sequence[str] | None = None,
         tenant: str | None = None,
+        memory_limit: int | None = None,
+        cpu_limit: float | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> JobHandle:
         """enqueue_command() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
         params = _command_params(
             argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
-        )
+        ) + _limit_params(memory_limit, cpu_limit)
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE_COMMAND, params))[0][0]), self)
 
     def job(self, job_id: int) -> JobHandle:
@@ -686,10 +698,10 @@ def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[An
 
 
 def _service_params(spec: JobSpec) -> tuple[Any, ...]:
-    """enqueue_service's parameters: a service has no timeout and no dependencies."""
+    """enqueue_service's parameters: a service has no timeout and no dependencies; it has resource limits."""
     if spec.timeout is not None or spec.depends_on:
         raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
-    return _job_params(spec)
+    return (*_job_params(spec), spec.memory_limit, spec.cpu_limit)
 
 
 def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
@@ -741,6 +753,11 @@ def _command_params(
         list(labels or ()),
         tenant,
     )
+
+
+def _limit_params(memory_limit: int | None, cpu_limit: float | None) -> tuple[Any, ...]:
+    check_resource_limits(memory_limit, cpu_limit, "a command")
+    return (memory_limit, cpu_limit)
 
 
 def _dependency_ids(spec: JobSpec) -> list[int]:

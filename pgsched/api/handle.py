@@ -41,10 +41,19 @@ class JobStatus:
         return self.state in TERMINAL
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A job's last progress report (``ctx.progress``): how far, a note, and when (the database's clock)."""
+
+    fraction: float
+    note: str | None
+    at: datetime
+
+
 class JobHandle(int):
     """A job id (it is the ``int`` enqueue always returned) that knows its App.
 
-    ``status()`` and ``state()`` look the job up; ``wait(timeout)`` and
+    ``status()`` and ``state()`` look the job up, ``progress()`` its last progress report; ``wait(timeout)`` and
     ``await wait_async(timeout)`` return its result once it completed,
     woken by its status event on pgsched_events and checking every
     ``poll_interval`` seconds whatever happens (events may be off).
@@ -71,6 +80,14 @@ class JobHandle(int):
 
     def state(self, conn: psycopg.Connection[Any] | None = None) -> JobState:
         return self.status(conn).state
+
+    def progress(self, conn: psycopg.Connection[Any] | None = None) -> Progress | None:
+        """The job's last progress report (kept when it finished too), or None if it made none; raises JobNotFound."""
+        rows = self.app._run(conn, queries.JOB_PROGRESS, (self.id, self.id))
+        if not rows:
+            self._status_from(rows)  # raises JobNotFound
+        fraction, note, at, _steps = rows[0]
+        return None if fraction is None else Progress(fraction=fraction, note=note, at=at)
 
     def _status_from(self, rows: list[Any]) -> JobStatus:
         if not rows:

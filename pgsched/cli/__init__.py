@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "worker",
     "schedules",
     "jobs",
+    "command",
     "stats",
     "db",
     "demo",

@@ -277,6 +277,24 @@ def check_processes(conn: psycopg.Connection[dict[str, Any]]) -> list[Check]:
     return checks
 
 
+def check_resource_limits(conn: psycopg.Connection[dict[str, Any]]) -> Check:
+    """How the live workers that run command jobs limit them: a cgroup per run, or only rlimits."""
+    from pgsched.runtime.limits import mechanism
+
+    rows = conn.execute(
+        "SELECT w.name, w.resource_limits FROM pgsched.workers w JOIN pgsched.workers_live l ON l.name = w.name"
+        " WHERE w.resource_limits IS NOT NULL ORDER BY w.name"
+    ).fetchall()
+    here = mechanism().describe()
+    if not rows:
+        return Check("resource limits", OK, f"no live worker runs commands; one on this host would use {here}")
+    shown = "; ".join(f"{r['name']}: {r['resource_limits']}" for r in rows)
+    weak = [r["name"] for r in rows if str(r["resource_limits"]).startswith("rlimit")]
+    status = WARN if weak else OK
+    hint = " (rlimits only: memory as address space, no CPU rate; give the worker a writable cgroup)" if weak else ""
+    return Check("resource limits", status, shown + hint, {"workers": {r["name"]: r["resource_limits"] for r in rows}})
+
+
 def check_schedules(conn: psycopg.Connection[dict[str, Any]], margin: timedelta = timedelta(minutes=1)) -> list[Check]:
     """Schedules that nobody expands (their next fire time passed with no occurrence filed) or that cannot be."""
     rows = conn.execute(
@@ -413,6 +431,7 @@ def run_checks(dsn: str, limits: Limits) -> list[Check]:
         checks.append(check_unserved_labels(conn))
         checks.append(check_unserved_tasks(conn))
         checks += check_processes(conn)
+        checks.append(check_resource_limits(conn))
         checks += check_schedules(conn)
         checks.append(check_notify_queue(conn))
     return checks
@@ -455,8 +474,9 @@ def doctor(
 ) -> None:
     """Check the database pgsched runs on: connection, schema, LISTEN, the xmin horizon and who holds it,
     the event stream and the transaction it waits for, idle transactions, dead rows, expired leases, the
-    oldest due job, live workers and scanners, schedules that nobody expands or that cannot be expanded,
-    and the NOTIFY queue. Exits 1 when a check fails (warnings do not)."""
+    oldest due job, live workers and scanners, how command workers limit their runs (cgroups or rlimits),
+    schedules that nobody expands or that cannot be expanded, and the NOTIFY queue. Exits 1 when a check
+    fails (warnings do not)."""
     limits = Limits(max_xact_age, max_idle_xact, max_due_age, max_dead_ratio)
     checks = run_checks(state(ctx).resolve(), limits)
     if as_json:

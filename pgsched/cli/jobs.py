@@ -12,6 +12,7 @@ import click
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgsched.cli.command import CPUS_HELP, MEMORY_HELP, cpus_callback, memory_callback
 from pgsched.cli.common import (
     build_table,
     cell,
@@ -43,6 +44,15 @@ SELECT pgsched.enqueue(
     priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
     labels => %(labels)s::text[], tenant => %(tenant)s::text,
     depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text) AS id
+"""
+
+ENQUEUE_SERVICE = """
+SELECT pgsched.enqueue_service(
+    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
+    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
+    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
+    labels => %(labels)s::text[], tenant => %(tenant)s::text,
+    memory_limit => %(memory_limit)s::integer, cpu_limit => %(cpu_limit)s::real) AS id
 """
 
 # One row per job, newest id first: the active row when there is one, else
@@ -92,13 +102,15 @@ SELECT * FROM (
     SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
            j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
            j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service,
+           j.progress, j.progress_note, j.progress_at, j.steps
     FROM pgsched.jobs j
     WHERE j.id = %(id)s
     UNION ALL
     (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
             h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service
+            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service,
+            h.progress, h.progress_note, h.progress_at, h.steps
      FROM pgsched.job_history h
      WHERE h.id = %(id)s
      ORDER BY h.finished_at DESC
@@ -215,6 +227,9 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
     is_flag=True,
     help="Enqueue even when TASK is not registered but close to a registered task's name.",
 )
+@click.option("--service", is_flag=True, help="A service job: runs until cancelled (docs/services.md).")
+@click.option("--memory", callback=memory_callback, default=None, metavar="SIZE", help=MEMORY_HELP + " Services only.")
+@click.option("--cpus", type=float, callback=cpus_callback, default=None, help=CPUS_HELP + " Services only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job (id, queue, state, run_at) as JSON.")
 @click.pass_context
 @handle_errors
@@ -233,6 +248,9 @@ def enqueue(
     depends_on: tuple[int, ...],
     on_dependency_failure: str | None,
     force: bool,
+    service: bool,
+    memory: int | None,
+    cpus: float | None,
     as_json: bool,
 ) -> None:
     """Enqueue a job of TASK with ARGS_JSON, a JSON object (default {}; '-' reads it from stdin).
@@ -249,9 +267,16 @@ def enqueue(
       pgsched enqueue reports.build --delay 5m --idempotency-key report-2030-01-31
       echo '{"n": 1}' | pgsched enqueue app.count - --run-at 2030-01-31T09:00:00Z
       pgsched enqueue reports.merge --depends-on 41 --depends-on 42
+      pgsched enqueue ingest.consume '{"topic": "orders"}' --service --memory 256M --cpus 0.5
     """
     if delay is not None and run_at is not None:
         raise click.UsageError("pass either --delay or --run-at, not both", ctx=ctx)
+    if (memory is not None or cpus is not None) and not service:
+        raise click.UsageError(
+            "--memory and --cpus limit services (--service) and command jobs (enqueue-command)", ctx=ctx
+        )
+    if service and (depends_on or on_dependency_failure):
+        raise click.UsageError("a service (--service) takes no --depends-on", ctx=ctx)
     params = {
         "task": task,
         "args": Jsonb(_read_args(args_json)),
@@ -265,11 +290,13 @@ def enqueue(
         "tenant": tenant,
         "depends_on": list(depends_on) or None,
         "on_failure": on_dependency_failure,
+        "memory_limit": memory,
+        "cpu_limit": cpus,
     }
     with state(ctx).connect() as conn:
         if not force:
             _check_task_name(conn, task)
-        row = conn.execute(ENQUEUE, params).fetchone()
+        row = conn.execute(ENQUEUE_SERVICE if service else ENQUEUE, params).fetchone()
         assert row is not None
         job_id = int(row["id"])
         if as_json:
@@ -392,7 +419,7 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
     for key, value in job.items():
-        if key in ("table", "error", "result") or value in (None, [], "") or (key == "service" and not value):
+        if key in _SHOWN_APART or value in (None, [], "") or (key == "service" and not value):
             continue
         text = _json_text(value) if isinstance(value, dict | list) else cell(value)
         fields.add_row(key, Text(text))
@@ -404,9 +431,16 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
                 fields.add_row(key, Text(cell(result[key])))
     elif result is not None:
         fields.add_row("result", Text(_json_text(result)))
+    if job.get("progress") is not None:
+        fields.add_row(
+            "progress", Text(progress_text(job["progress"], job.get("progress_note"), job.get("progress_at")))
+        )
     fields.add_row("stored in", Text(f"pgsched.{job['table']}"))
     out = console()
     out.print(fields)
+    if job.get("steps"):
+        out.print()
+        out.print(build_table(_step_rows(job["steps"]), STEP_COLUMNS, title="steps"))
     if events:
         out.print()
         out.print(build_table(events, EVENT_COLUMNS, title="events"))
@@ -416,6 +450,35 @@ def _print_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> None:
     if job.get("error"):
         click.echo("\nerror:")
         click.echo(printable(job["error"], lines=True))
+
+
+_SHOWN_APART = ("table", "error", "result", "progress", "progress_note", "progress_at", "steps")
+STEP_COLUMNS = ("step", "attempt", "at", "worker", "result")
+
+
+def progress_text(fraction: float, note: str | None, at: Any) -> str:
+    """A progress report as one line: '42% note (at ...)'."""
+    text = f"{fraction * 100:.0f}%"
+    if note:
+        text += f" {note}"
+    return f"{text} (at {cell(at)})" if at is not None else text
+
+
+def _step_rows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's durable steps for the table: their results as short JSON (``--json`` has them whole)."""
+    rows = []
+    for step in steps:
+        shown = _json_text(step.get("result"))
+        rows.append(
+            {
+                "step": step.get("name"),
+                "attempt": step.get("attempt"),
+                "at": step.get("at"),
+                "worker": step.get("worker"),
+                "result": shown if len(shown) <= 80 else shown[:77] + "...",
+            }
+        )
+    return rows
 
 
 def _command_streams(job: dict[str, Any]) -> list[tuple[str, str]]:

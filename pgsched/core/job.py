@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import json
+import math
 import re
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from pgsched.errors import JobCancelled, LeaseLost, WorkerStopping
 
@@ -20,6 +25,10 @@ def fire_time(idempotency_key: str | None) -> datetime | None:
     """The fire time of a schedule's occurrence, read from its idempotency key; None for any other key."""
     found = _OCCURRENCE_KEY.fullmatch(idempotency_key or "")
     return datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if found else None
+
+
+MAX_NOTE = 1000  # characters of a progress note (pgsched.report_progress refuses more)
+MAX_STEP_NAME = 200  # characters of a step name (pgsched.record_step refuses more)
 
 
 class JobState(StrEnum):
@@ -55,6 +64,22 @@ class ClaimedJob:
     trace_context: dict[str, Any] | None = None  # the enqueuer's trace headers (pgsched.observe.otel)
 
 
+class Journal(Protocol):
+    """Where a run's progress and durable steps go: the worker's (pgsched.runtime.journal), or none."""
+
+    def progress(self, ctx: JobContext) -> None:
+        """ctx has a new progress report to send (called once until the report is taken)."""
+
+    def steps(self, ctx: JobContext) -> dict[str, Any]:
+        """The results of ctx's job's recorded steps by name; raises LeaseLost when ctx no longer holds the job."""
+
+    def record(self, ctx: JobContext, name: str, result: str) -> None:
+        """Record a finished step's JSON result, fenced by ctx's token; raises LeaseLost when refused."""
+
+    def settle(self, ctx: JobContext) -> None:
+        """Send ctx's pending progress report now (its run ended: before its outcome is written)."""
+
+
 @dataclass(eq=False, kw_only=True)
 class JobContext:
     """What a handler can know about the run it is doing, and how it learns to stop.
@@ -87,6 +112,10 @@ class JobContext:
     _timed_out: bool = field(default=False, repr=False)
     # Seconds this run may take (the job's timeout, else its task's), as start() said; None: none recorded.
     timeout: float | None = None
+    _journal: Journal | None = field(default=None, repr=False)
+    _progress: tuple[float, str | None] | None = field(default=None, repr=False)  # the last report
+    _progress_pending: bool = field(default=False, repr=False)  # told to the journal, not yet taken
+    _steps: dict[str, Any] | None = field(default=None, repr=False)  # recorded step results, once loaded
 
     @property
     def id(self) -> int:
@@ -174,6 +203,99 @@ class JobContext:
             return True
         return waker.wait(seconds)
 
+    # -- progress and durable steps (docs/steps.md) ------------------------
+
+    def progress(self, fraction: float, note: str | None = None) -> None:
+        """Say how far this run is: ``fraction`` from 0 to 1, and an optional note of up to 1000 characters.
+
+        Never blocks, in sync and async handlers alike: the report is kept
+        here, and the worker writes the latest one of each job at most once a
+        second, fenced by the lease token (a stale run's reports are dropped).
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise TypeError(f"progress fraction must be a number from 0 to 1, not {type(fraction).__name__}")
+        if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+            raise ValueError(f"progress fraction must be from 0 to 1, not {fraction!r}")
+        if note is not None and not isinstance(note, str):
+            raise TypeError(f"progress note must be a string or None, not {type(note).__name__}")
+        if note is not None and len(note) > MAX_NOTE:
+            raise ValueError(f"progress note must be at most {MAX_NOTE} characters, not {len(note)}")
+        self._progress = (float(fraction), None if note is None else note.replace("\x00", "\ufffd"))
+        journal = self._journal
+        if journal is not None and not self._progress_pending:
+            self._progress_pending = True
+            journal.progress(self)
+
+    @property
+    def last_progress(self) -> tuple[float, str | None] | None:
+        """The last ``progress()`` report of this run: (fraction, note), or None."""
+        return self._progress
+
+    def _take_progress(self) -> tuple[float, str | None] | None:
+        """The report to send now (the journal's side): clears the pending mark first, then reads."""
+        self._progress_pending = False
+        return self._progress
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job, durably: its JSON result is recorded under ``name``.
+
+        When the job runs again (a retry, an expired lease, a hand-back), a
+        step recorded already returns its recorded result without calling
+        ``fn``. The result is recorded fenced by the lease token in its own
+        short transaction: a run that lost its lease gets LeaseLost instead.
+        The value returned is the JSON round trip of fn's (the same on the
+        first run and on a replay). ``fn`` must be a plain function here; use
+        ``await ctx.step_async(...)`` in coroutine handlers.
+        """
+        recorded = self._recorded_steps(name)
+        if name in recorded:
+            return recorded[name]
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()
+            raise TypeError(f"step {name!r}: {fn!r} returned an awaitable; use await ctx.step_async() for it")
+        return self._record_step(name, value)
+
+    async def step_async(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``step()`` for coroutine handlers: ``fn`` may be a plain or an ``async def`` function.
+
+        The database round trips run on a thread, so the event loop never waits for them.
+        """
+        _check_step_name(name)
+        if self._steps is None:
+            await asyncio.to_thread(self._recorded_steps, name)
+        assert self._steps is not None
+        if name in self._steps:
+            return self._steps[name]
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        text = _step_json(name, value)
+        await asyncio.to_thread(self._store_step, name, text)
+        return self._steps[name]
+
+    def _recorded_steps(self, name: str) -> dict[str, Any]:
+        _check_step_name(name)
+        if self._lost:
+            raise LeaseLost(f"job {self.id}: lease lost (token {self.lease_token} is stale)")
+        if self._steps is None:
+            if self._journal is None:
+                raise RuntimeError("durable steps need a database: run this handler through a worker or app.drain()")
+            self._steps = self._journal.steps(self)
+        return self._steps
+
+    def _record_step(self, name: str, value: Any) -> Any:
+        self._store_step(name, _step_json(name, value))
+        assert self._steps is not None
+        return self._steps[name]
+
+    def _store_step(self, name: str, text: str) -> None:
+        assert self._journal is not None
+        assert self._steps is not None
+        self._journal.record(self, name, text)
+        self._steps[name] = json.loads(text)
+
     def _request_cancel(self) -> None:
         self._cancelled = True
         self._wake()
@@ -198,6 +320,21 @@ class JobContext:
 
 
 _WAKER_LOCK = threading.Lock()
+
+
+def _check_step_name(name: str) -> None:
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_STEP_NAME:
+        raise ValueError(f"a step name must be a string of 1 to {MAX_STEP_NAME} characters, not {name!r}")
+
+
+def _step_json(name: str, value: Any) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"step {name!r}: its result must be JSON (dicts, lists, str, numbers, bool, None): {exc}"
+        ) from exc
+
 
 _current: ContextVar[JobContext | None] = ContextVar("pgsched_current_job", default=None)
 

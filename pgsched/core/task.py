@@ -51,8 +51,17 @@ class JobSpec:
     depends_on: Sequence[int | JobSpec | Ref] = ()
     on_dependency_failure: str | None = None
     concurrency_key: str | None = None  # what the queue's per-key limits count (docs/dispatch.md)
+    # A service's resource limits (docs/services.md): MiB and CPUs; None: the install default, 0: none.
+    memory_limit: int | None = None
+    cpu_limit: float | None = None
 
     def __post_init__(self) -> None:
+        check_resource_limits(self.memory_limit, self.cpu_limit, f"a {self.task!r} job")
+        if (self.memory_limit is not None or self.cpu_limit is not None) and not self.service:
+            raise ValueError(
+                f"memory_limit and cpu_limit of a {self.task!r} job: only services (and commands) take resource"
+                " limits; a task's handler runs inside the worker"
+            )
         if self.timeout is not None:
             check_timeout(self.timeout, f"timeout of a {self.task!r} job")
         if not isinstance(self.service, bool):
@@ -99,6 +108,26 @@ class JobSpec:
             raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
 
 
+MAX_MEMORY_LIMIT = 4194304  # MiB (4 TiB); the database refuses more (_check_resource_limits)
+
+
+def check_resource_limits(memory_limit: Any, cpu_limit: Any, what: str = "a job") -> None:
+    """Refuse, with a clear ValueError/TypeError, the limits _check_resource_limits refuses: memory_limit in MiB
+    (0: none, else 4 to 4 TiB), cpu_limit in CPUs (0: none, else 0.01 to 1024); None is the install default."""
+    if memory_limit is not None:
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
+            raise TypeError(f"memory_limit of {what} must be MiB as an int, not {memory_limit!r}")
+        if memory_limit != 0 and not 4 <= memory_limit <= MAX_MEMORY_LIMIT:
+            raise ValueError(
+                f"memory_limit of {what} must be 0 (no limit) or 4 to {MAX_MEMORY_LIMIT} MiB, not {memory_limit}"
+            )
+    if cpu_limit is not None:
+        if isinstance(cpu_limit, bool) or not isinstance(cpu_limit, int | float):
+            raise TypeError(f"cpu_limit of {what} must be a number of CPUs, not {cpu_limit!r}")
+        if cpu_limit != 0 and not 0.01 <= cpu_limit <= 1024:  # NaN fails both
+            raise ValueError(f"cpu_limit of {what} must be 0 (no limit) or 0.01 to 1024 CPUs, not {cpu_limit!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Ref:
     """A dependency on another job of the same ``App.enqueue_many`` batch, by its 0-based position."""
@@ -125,6 +154,8 @@ _OPTION_NAMES = frozenset(
         "depends_on",
         "on_dependency_failure",
         "concurrency_key",
+        "memory_limit",
+        "cpu_limit",
     }
 )
 
@@ -169,6 +200,9 @@ class Task(Generic[P, R]):
         if service and timeout is not None:
             raise ValueError(f"task {name!r}: a service runs until cancelled and takes no timeout")
         self.service = service
+        # A service's default resource limits (App.service); None: the install's (config.service_*_limit).
+        self.memory_limit: int | None = None
+        self.cpu_limit: float | None = None
         self.app = app
         self.fn = fn
         self.name = name
@@ -240,6 +274,8 @@ class Task(Generic[P, R]):
             max_attempts=self.max_attempts,
             labels=self.labels,
             service=self.service,
+            memory_limit=self.memory_limit if self.service else None,
+            cpu_limit=self.cpu_limit if self.service else None,
         )
 
     def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> JobHandle:

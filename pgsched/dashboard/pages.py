@@ -412,9 +412,20 @@ JOB_COLUMNS = (
     Column("due"),
     Column("finished"),
     Column("worker"),
+    Column("progress"),
     Column("error", "wrap"),
     Column(""),
 )
+
+
+def _progress(fraction: float | None, note: str | None, elapsed_s: float | None = None) -> str:
+    """A job's last progress report, and for a running one how long it has run: '42% page 3 · 1m 05s'."""
+    parts = []
+    if fraction is not None:
+        parts.append(f"{fraction * 100:.0f}%" + (f" {note}" if note else ""))
+    if elapsed_s is not None:
+        parts.append(f"{duration(elapsed_s)} elapsed")
+    return " · ".join(parts)
 
 
 def queue(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
@@ -459,6 +470,7 @@ def queue(view: View, data: Mapping[str, Any], refresh: int | None) -> Safe:
             timestamp(j["run_at"]),
             ago(j["finished_at"]),
             j["worker"],
+            _progress(j["progress"], j["progress_note"], j["elapsed_s"]),
             exception_line(j["error"]),
             _job_actions(view, j["id"], j["state"]),
         ]
@@ -505,6 +517,11 @@ def job(view: View, data: Mapping[str, Any]) -> Safe:
             "created": timestamp(j["created_at"]),
             "started": timestamp(j["started_at"]),
             "finished": timestamp(j["finished_at"]),
+            "progress": fmt(
+                "{p} ({at})", p=_progress(j["progress"], j["progress_note"]), at=timestamp(j["progress_at"])
+            )
+            if j["progress"] is not None
+            else None,
             "worker": j["worker"],
             "fencing token": j["lease_token"],
             "lease ends": timestamp(j["lease_expires_at"]),

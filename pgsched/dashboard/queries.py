@@ -46,7 +46,10 @@ QUEUE_JOBS: Final[LiteralString] = """
 WITH active AS (
     SELECT j.id, j.state::text AS state, j.task, pg_catalog.left(j.args::text, 160) AS args, j.priority,
            j.attempt, j.max_attempts, j.run_at, j.leased_by AS worker, j.last_error AS error,
-           j.created_at, NULL::timestamptz AS finished_at
+           j.created_at, NULL::timestamptz AS finished_at, j.progress, j.progress_note,
+           CASE WHEN j.state = 'running' THEN
+               EXTRACT(EPOCH FROM pg_catalog.now() - coalesce(j.started_at, j.claimed_at))::double precision
+           END AS elapsed_s
     FROM pgsched.jobs j
     WHERE j.queue = %(queue)s
       AND (%(state)s::text IS NULL OR j.state::text = %(state)s::text)
@@ -56,7 +59,8 @@ WITH active AS (
     LIMIT %(limit)s
 ), finished AS (
     SELECT h.id, h.state::text AS state, h.task, pg_catalog.left(h.args::text, 160) AS args, h.priority,
-           h.attempt, h.max_attempts, h.run_at, h.leased_by AS worker, h.error, h.created_at, h.finished_at
+           h.attempt, h.max_attempts, h.run_at, h.leased_by AS worker, h.error, h.created_at, h.finished_at,
+           h.progress, h.progress_note, NULL::double precision AS elapsed_s
     FROM pgsched.job_history h
     WHERE h.queue = %(queue)s
       AND (%(state)s::text IS NULL OR h.state::text = %(state)s::text)
@@ -80,13 +84,15 @@ SELECT * FROM (
     SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
            j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
            j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.schedule, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error
+           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error,
+           j.progress, j.progress_note, j.progress_at
     FROM pgsched.jobs j
     WHERE j.id = %(id)s
     UNION ALL
     (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
             h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.schedule, h.created_at, h.started_at, h.finished_at, h.result, h.error
+            h.labels, h.tenant, h.shard, h.schedule, h.created_at, h.started_at, h.finished_at, h.result, h.error,
+            h.progress, h.progress_note, h.progress_at
      FROM pgsched.job_history h
      WHERE h.id = %(id)s
      ORDER BY h.finished_at DESC

@@ -11,11 +11,11 @@ SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, 
 -- name: enqueue_command
 SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
                                coalesce(%s::timestamptz, now() + %s::interval), %s::integer, %s::text, %s::text[],
-                               %s::text);
+                               %s::text, %s::integer, %s::real);
 
 -- name: enqueue_service
 SELECT pgsched.enqueue_service(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval),
-                               %s::integer, %s::text, %s::integer, %s::text[], %s::text);
+                               %s::integer, %s::text, %s::integer, %s::text[], %s::text, %s::integer, %s::real);
 
 -- name: enqueue_many
 -- The args travel as one JSON array (one document to encode, not one per job),
@@ -114,7 +114,7 @@ SELECT pgsched.maintain();
 SELECT pgsched.register_tasks(%s);
 
 -- name: register_worker
-SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s, %s::text[]);
+SELECT pgsched.register_worker(%s, %s, %s, %s::text[], %s::text[], %s, %s, %s::text[], %s);
 
 -- Jobs of tasks this worker does not know, handed back for a worker that knows them.
 -- name: pass_over
@@ -262,3 +262,26 @@ SELECT w.labels, pg_catalog.array_agg(w.name ORDER BY w.name) AS workers,
 FROM pgsched.workers_live w, unnest(w.queues) q
 GROUP BY w.labels
 ORDER BY w.labels;
+
+-- name: report_progress
+SELECT job_id, kept FROM pgsched.report_progress(%s::bigint[], %s::bigint[], %s::real[], %s::text[]);
+
+-- name: record_step
+SELECT pgsched.record_step(%s, %s, %s, %s::jsonb);
+
+-- name: job_steps
+-- The recorded steps of a job this run still holds (fenced by the token): no row when it lost the lease.
+SELECT steps FROM pgsched.jobs WHERE id = %s AND shard = %s AND lease_token = %s AND state = 'running';
+
+-- name: job_progress
+-- A job's last progress report (ctx.progress) and its steps: its active row, else its latest history.
+SELECT progress, progress_note, progress_at, steps FROM (
+    SELECT 0 AS rank, j.progress, j.progress_note, j.progress_at, j.steps FROM pgsched.jobs j WHERE j.id = %s
+    UNION ALL
+    (SELECT 1, h.progress, h.progress_note, h.progress_at, h.steps
+     FROM pgsched.job_history h WHERE h.id = %s ORDER BY h.finished_at DESC LIMIT 1)
+) s ORDER BY rank LIMIT 1;
+
+-- name: job_limits
+-- A service job's resource limits (MiB, CPUs), read by a --pool process worker when its run starts.
+SELECT memory_limit, cpu_limit FROM pgsched.jobs WHERE id = %s AND shard = %s;

@@ -201,10 +201,13 @@ class WorkerMetrics(Collector):
         running: Callable[[], int] | None = None,
         version: str = "",
         loops_abandoned: Callable[[], int] | None = None,
+        progress: Callable[[], Iterable[tuple[str, str, int, float]]] | None = None,
     ) -> None:
         self.name = name
         self.concurrency = concurrency
         self.running: Callable[[], int] = running or (lambda: 0)
+        # (queue, task, job id, fraction) of each running job that reported progress (ctx.progress)
+        self.progress: Callable[[], Iterable[tuple[str, str, int, float]]] = progress or (lambda: ())
         self.version = version
         self.loops_abandoned: Callable[[], int] = loops_abandoned or (lambda: 0)
         self.claim_seconds = Histogram(
@@ -281,10 +284,11 @@ class WorkerMetrics(Collector):
         return _sum_tallies(self._claims, self._new_thread)
 
     def describe(self) -> list[Metric]:
-        return list(self._families({}, {}, 0))
+        return [*self._families({}, {}, 0), self._progress_family(())]
 
     def collect(self) -> Iterator[Metric]:
         yield from self._families(self.totals(), self.claimed(), self.running())
+        yield self._progress_family(self.progress())
         yield _histogram_family(
             "pgsched_job_duration_seconds",
             "Handler run time of the jobs this worker ran, by queue and task, in seconds.",
@@ -295,6 +299,17 @@ class WorkerMetrics(Collector):
             "Start lag (handler started - due) of the jobs this worker started, by queue and task, in seconds.",
             _sum_histograms(self._lags, self._new_thread),
         )
+
+    @staticmethod
+    def _progress_family(rows: Iterable[tuple[str, str, int, float]]) -> Metric:
+        family = GaugeMetricFamily(
+            "pgsched_worker_job_progress",
+            "Last progress report (0 to 1, ctx.progress) of each job this worker runs now that reported one.",
+            labels=["queue", "task", "job_id"],
+        )
+        for queue, task, job_id, fraction in sorted(rows):
+            family.add_metric([queue, task, str(job_id)], fraction)
+        return family
 
     def _families(
         self, totals: dict[tuple[str, str, str], int], claimed: dict[tuple[str, str], int], running: int

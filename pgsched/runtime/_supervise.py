@@ -12,15 +12,23 @@ started, not only its first process. It execs the program (no shell) in a
 child and exits as the program did: with its exit status, or killed by the
 same signal. SIGTERM sent to the group by the worker (timeout, cancel) reaches
 the program; the supervisor itself waits for the program to end.
+
+Resource limits (limits.py) arrive in the variable PGSCHED_LIMITS of that
+environment, which the program never sees: the program's process joins the listed cgroups and sets
+the rlimits before it execs, and the supervisor writes the program's rusage
+(CPU seconds, peak resident memory) as JSON to the report descriptor.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import resource
 import signal
 import sys
 from types import FrameType
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -48,9 +56,46 @@ def _read_environment() -> dict[str, str]:
     return env
 
 
+def _limits(env: dict[str, str]) -> dict[str, Any]:
+    text = env.pop("PGSCHED_LIMITS", "")
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        found = {}
+    return found if isinstance(found, dict) else {}
+
+
+def _apply(limits: dict[str, Any]) -> None:
+    """In the program's process, before exec: join the run's cgroups, set its rlimits, drop the report pipe."""
+    for procs in limits.get("procs") or ():
+        with open(procs, "w") as out:
+            out.write(str(os.getpid()))
+    rlimits = limits.get("rlimits") or {}
+    if "as" in rlimits:
+        resource.setrlimit(resource.RLIMIT_AS, (int(rlimits["as"]), int(rlimits["as"])))
+    if "cpu" in rlimits:
+        resource.setrlimit(resource.RLIMIT_CPU, (int(rlimits["cpu"]), int(rlimits["cpu"]) + 5))
+    if isinstance(limits.get("report"), int):
+        os.close(limits["report"])
+
+
+def _report(limits: dict[str, Any], usage: resource.struct_rusage) -> None:
+    fd = limits.get("report")
+    if not isinstance(fd, int):
+        return
+    try:
+        os.write(
+            fd, json.dumps({"cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "maxrss_kb": usage.ru_maxrss}).encode()
+        )
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def main(args: list[str]) -> None:
     parent, argv = int(args[0]), args[1:]
     env = _read_environment()
+    limits = _limits(env)
     signal.signal(signal.SIGUSR1, _kill_group)
     signal.signal(signal.SIGTERM, _ignore)
     if sys.platform == "linux":
@@ -63,14 +108,23 @@ def main(args: list[str]) -> None:
     pid = os.fork()
     if pid == 0:
         try:
+            _apply(limits)
+        except (OSError, ValueError) as exc:
+            os.write(2, f"pgsched: cannot apply the resource limits: {exc}\n".encode(errors="replace"))
+            os._exit(126)
+        try:
             os.execvpe(argv[0], argv, env)
         except OSError as exc:
             os.write(2, f"pgsched: cannot run {argv[0]!r}: {exc}\n".encode(errors="replace"))
             os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
+    _report(limits, usage)
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
-        signal.signal(signum, signal.SIG_DFL)
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except OSError:  # SIGKILL and SIGSTOP keep their default, which is what is wanted
+            pass
         os.kill(os.getpid(), signum)
     os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
 

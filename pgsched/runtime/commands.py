@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.outcome import format_seconds
 from pgsched.errors import LeaseLost, RunFailed, WorkerStopping
+from pgsched.runtime.command_progress import ProgressLines
+from pgsched.runtime.limits import Mechanism, Run, RunLimits, mechanism
 
 if TYPE_CHECKING:
     from pgsched.api.app import App
@@ -150,23 +152,28 @@ def make_handler(options: CommandOptions) -> Any:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         timeout_s: float | None = None,
+        memory_limit: int | None = None,
+        cpu_limit: float | None = None,
         **_ignored: Any,
     ) -> dict[str, Any]:
-        return run(ctx, argv, env or {}, cwd, timeout_s, options)
+        return run(ctx, argv, env or {}, cwd, timeout_s, options, RunLimits.from_args(memory_limit, cpu_limit))
 
     return run_command
 
 
 class _Tail:
-    """The last OUTPUT_CAP bytes of a stream, and how many bytes it had."""
+    """The last OUTPUT_CAP bytes of a stream, and how many bytes it had (and its progress lines, if watched)."""
 
-    __slots__ = ("data", "total")
+    __slots__ = ("data", "progress", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, progress: ProgressLines | None = None) -> None:
         self.data = bytearray()
         self.total = 0
+        self.progress = progress
 
     def add(self, chunk: bytes) -> None:
+        if self.progress is not None:
+            self.progress.feed(chunk)
         self.total += len(chunk)
         self.data += chunk
         if len(self.data) > OUTPUT_CAP:
@@ -184,6 +191,7 @@ def run(
     cwd: str | None,
     timeout_s: float | None,
     options: CommandOptions,
+    limits: RunLimits | None = None,
 ) -> dict[str, Any]:
     """Run one command job to its end; returns its result, or raises RunFailed / LeaseLost / WorkerStopping."""
     environment = base_environment(options.pass_env)
@@ -192,8 +200,10 @@ def run(
     environment.update(
         PGSCHED_JOB_ID=str(ctx.id), PGSCHED_JOB_ATTEMPT=str(ctx.attempt), PGSCHED_LEASE_TOKEN=str(ctx.lease_token)
     )
-    out, err = _Tail(), _Tail()
+    out, err = _Tail(ProgressLines(ctx)), _Tail()
     started = time.monotonic()
+    limited = _open_limits(ctx, limits or RunLimits(), timeout_s, err)
+    environment.update(limited.env)  # last: a job's own env never names the limits
     try:
         # The supervisor starts with an empty environment (the job's LD_PRELOAD and the like never run
         # in it) and reads the program's from its stdin, which the program gets as /dev/null.
@@ -206,13 +216,16 @@ def run(
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
+            pass_fds=limited.pass_fds,
         )
         _hand_environment(proc, environment)
     except (OSError, ValueError) as exc:
         err.add(f"pgsched: cannot run {argv[0]!r}: {exc}\n".encode())
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         result = _result(code, out, err, started, timed_out=False)
+        result.update(limited.finish(None))
         raise RunFailed(f"command could not start: {exc}", result) from None
+    limited.started()
     extra = {"job_id": ctx.id, "task": ctx.task, "pid": proc.pid}
     log.info("job %s: started %s (pid %s)", ctx.id, argv[0], proc.pid, extra=extra)
     deadline = None if timeout_s is None else started + float(timeout_s)
@@ -264,17 +277,33 @@ def run(
             stream.close()
     code = proc.returncode
     result = _result(code, out, err, started, timed_out=why == "timed out")
+    result.update(limited.finish(code))
     if why == "lease lost":
         raise LeaseLost(f"job {ctx.id}: lease lost while its command ran")
     if why == "worker stopping":
         raise WorkerStopping(f"job {ctx.id}: the worker is stopping; the command was stopped and will run again")
     if why == "cancelled":
         raise RunFailed("cancelled: the command was stopped after the cancel request", result)
+    if result["oom_killed"]:
+        raise RunFailed(f"killed: memory limit {result['memory_limit_mib']} MiB exceeded", result)
     if why == "timed out":
         raise RunFailed(f"timed out after {float(timeout_s or 0):g} s", result)
+    if code == -signal.SIGXCPU and limited.limits.cpus is not None:
+        raise RunFailed(f"killed: CPU time limit exceeded (cpu_limit {limited.limits.cpus:g} x timeout)", result)
     if code != 0:
         raise RunFailed(_exit_reason(code, err), result)
     return result
+
+
+def _open_limits(ctx: JobContext, limits: RunLimits, timeout_s: float | None, err: _Tail) -> Run:
+    """The run's cgroups and rlimits; when its groups cannot be made, rlimits (said in stderr and the log)."""
+    found = mechanism()
+    try:
+        return found.open(limits, f"run-{ctx.id}-{ctx.lease_token}-{os.getpid()}", timeout_s)
+    except OSError as exc:
+        log.warning("job %s: could not make its cgroups (%s); rlimits only", ctx.id, exc, extra={"job_id": ctx.id})
+        err.add(f"pgsched: cgroups unavailable ({exc}); limits by rlimit\n".encode(errors="replace"))
+        return Mechanism("rlimit", {}, f"cgroups failed: {exc}").open(limits, "", timeout_s)
 
 
 def overrun_error(job: ClaimedJob, limit: float) -> str:

@@ -26,6 +26,7 @@ from pgsched.db import queries
 from pgsched.errors import GiveUp, Retry, Snooze, from_psycopg
 from pgsched.observe import otel
 from pgsched.runtime.completer import _RawJson
+from pgsched.runtime.journal import ConnJournal
 
 if TYPE_CHECKING:
     from pgsched.api.app import App
@@ -90,12 +91,15 @@ def drain(
                 break
             for job in jobs:
                 ctx = JobContext(job=job, worker=worker)
+                journal = ConnJournal(db)
+                ctx._journal = journal
                 if otel.ENABLED and otel.live():
                     with otel.run_span(ctx) as span:
                         outcome, raised = _run(app.tasks.get(job.task), ctx)
                         span.end(outcome)
                 else:
                     outcome, raised = _run(app.tasks.get(job.task), ctx)
+                journal.settle(ctx)  # the last progress report, before the row moves to history
                 state = _write(db, outcome)
                 result.job_ids.append(job.id)
                 _count(result, outcome, state)

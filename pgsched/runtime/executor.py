@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 from pgsched.core.job import JobContext, _current
 from pgsched.core.outcome import Kind, Outcome, from_exception, success, timed_out
 from pgsched.core.task import Task
-from pgsched.errors import LeaseLost
+from pgsched.errors import LeaseLost, PgschedError
 from pgsched.observe import otel
 from pgsched.runtime.commands import COMMAND_TASK, overrun_error
 from pgsched.runtime.deadlines import Deadlines
+from pgsched.runtime.journal import Journal
+from pgsched.runtime.limits import RunLimits
 from pgsched.runtime.loopwatch import LoopWatch
 from pgsched.runtime.procpool import ChildSlot
 
@@ -44,8 +46,12 @@ def run_sync(
     """
     if otel.ENABLED and otel.live():
         with otel.run_span(ctx) as span:
-            return span.end(_run_sync(task, ctx, await_value))
-    return _run_sync(task, ctx, await_value)
+            outcome = span.end(_run_sync(task, ctx, await_value))
+    else:
+        outcome = _run_sync(task, ctx, await_value)
+    if ctx._progress_pending and ctx._journal is not None:
+        ctx._journal.settle(ctx)  # the last progress report goes before the outcome
+    return outcome
 
 
 def _run_sync(
@@ -90,8 +96,12 @@ async def run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
     span)."""
     if otel.ENABLED and otel.live():
         with otel.run_span(ctx) as span:
-            return span.end(await _run_async(task, ctx))
-    return await _run_async(task, ctx)
+            outcome = span.end(await _run_async(task, ctx))
+    else:
+        outcome = await _run_async(task, ctx)
+    if ctx._progress_pending and ctx._journal is not None:
+        await asyncio.to_thread(ctx._journal.settle, ctx)  # the last progress report goes before the outcome
+    return outcome
 
 
 async def _run_async(task: Task[Any, Any], ctx: JobContext) -> Outcome:
@@ -208,6 +218,8 @@ class Executor:
         self._started = threading.Event()
         self.gate: Callable[[list[JobContext]], None] | None = None
         self.on_launch: Callable[[list[JobContext]], None] | None = None  # told of each batch about to run
+        self.journal: Journal | None = None  # progress and durable steps of the handlers (from start(), with dsn)
+        self._unconfined: set[str] = set()  # services whose resource limits this worker cannot enforce, said once
 
     def _new_thread(self, i: int) -> threading.Thread:
         slot = None
@@ -220,6 +232,8 @@ class Executor:
     def start(self) -> None:
         # The process pool watches deadlines too: command jobs run on its threads (_in_child).
         self._deadlines = Deadlines(self._overrun)
+        if self.dsn is not None and self.journal is None:
+            self.journal = Journal(self.dsn, prepare=False)  # opens its connection at the first use
         for thread in self._threads:
             thread.start()
 
@@ -375,9 +389,14 @@ class Executor:
         """Run jobs that hold a slot (each checks its stop signals first)."""
         if self.on_launch is not None:
             self.on_launch(contexts)
+        if self.journal is not None:
+            for ctx in contexts:
+                ctx._journal = self.journal
         coroutines: list[tuple[Task[Any, Any], JobContext]] = []
         for ctx in contexts:
             task = self._resolve(ctx.job.task)
+            if task is not None and task.service and task.name not in self._unconfined:
+                self._say_unconfined(task)
             if task is not None and task.is_async:
                 coroutines.append((task, ctx))
             else:
@@ -453,7 +472,7 @@ class Executor:
             task = self._resolve(ctx.job.task)
             limit = time_limit(task, ctx)
             if slot is not None and task is not None and _in_child(ctx):
-                ran = slot.run(ctx, limit)
+                ran = slot.run(ctx, limit, self._service_limits(task, ctx))
                 if ran is not None and ran.kind is not Kind.DISCARD and ctx.timed_out:
                     self.timeouts += 1
                 self._finish(ctx, _stopped_before_start(ctx) if ran is None else ran)
@@ -472,6 +491,28 @@ class Executor:
                     slot.close()
                 return
             self._finish(ctx, outcome)
+
+    def _say_unconfined(self, task: Task[Any, Any]) -> None:
+        """Once per service task: its resource limits hold only where its handler has a process of its own."""
+        self._unconfined.add(task.name)
+        if self.pool == "process" and not task.is_async:
+            return
+        log.warning(
+            "service %s runs in the worker's own process (%s): its memory_limit and cpu_limit are not enforced; "
+            "run sync services with --pool process to enforce them",
+            task.name,
+            "event loop" if task.is_async else "thread pool",
+        )
+
+    def _service_limits(self, task: Task[Any, Any], ctx: JobContext) -> RunLimits | None:
+        """A service's resource limits, enforced in the process pool (docs/services.md); None for other jobs."""
+        if not task.service or self.journal is None:
+            return None
+        try:
+            return RunLimits.from_args(*self.journal.resource_limits(ctx))
+        except PgschedError as exc:
+            log.warning("job %s: could not read its resource limits (%s); it runs unlimited", ctx.id, exc)
+            return None
 
     def _overrun(self, ctx: JobContext, limit: float) -> None:
         """A sync run passed its limit (the deadlines thread): fail the job, abandon and replace its thread."""
@@ -550,6 +591,8 @@ class Executor:
             self._deadlines.close()
         if self._watch is not None:
             self._watch.close()
+        if self.journal is not None:
+            self.journal.close()
         for _ in self._threads:
             self._queue.put(None)
         loop = self._loop

@@ -23,6 +23,7 @@ from typing import Any
 
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.outcome import Kind, Outcome, timed_out
+from pgsched.runtime.limits import RunLimits, mechanism
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class ChildSlot:
         self._name = name
         self._proc: Any = None  # multiprocessing.context.SpawnProcess
         self._conn: multiprocessing.connection.Connection | None = None
+        self._last_exit: int | None = None  # the exit code of a child that died running a job
         self.started = 0  # children started so far
 
     @property
@@ -70,12 +72,37 @@ class ChildSlot:
             self._kill(at_once=True)
             raise RuntimeError(f"the handler process could not load {self._app_ref}: {detail}")
 
-    def run(self, ctx: JobContext, limit: float | None) -> Outcome | None:
-        """Run the job in the child; None when it was stopped (cancelled, lost, shutdown) and the child killed."""
+    def run(self, ctx: JobContext, limit: float | None, limits: RunLimits | None = None) -> Outcome | None:
+        """Run the job in the child; None when it was stopped (cancelled, lost, shutdown) and the child killed.
+
+        With ``limits`` (a service's memory_limit / cpu_limit), the child runs the job confined to them (a
+        cgroup, else rlimits) and is replaced afterwards; a child the OOM killer ended fails the run with
+        "killed: memory limit N MiB exceeded".
+        """
         try:
             self.ensure()
         except RuntimeError as exc:
             return Outcome(ctx.job, Kind.FAIL, error=str(exc))
+        if limits is None or (limits.memory_mib is None and limits.cpus is None):
+            return self._run(ctx, limit)
+        assert self.pid is not None
+        try:
+            confined = mechanism().confine(self.pid, limits, f"run-{ctx.id}-{ctx.lease_token}-{os.getpid()}")
+        except OSError as exc:
+            log.warning("job %s: could not confine its handler process (%s); it runs unlimited", ctx.id, exc)
+            return self._run(ctx, limit)
+        try:
+            outcome = self._run(ctx, limit)
+            code = self._last_exit
+        finally:
+            self._kill(at_once=True)  # it leaves the groups with its life; the next job gets a new child
+        usage = confined.finish(code)
+        if usage["oom_killed"]:
+            return Outcome(ctx.job, Kind.FAIL, error=f"killed: memory limit {limits.memory_mib} MiB exceeded")
+        return outcome
+
+    def _run(self, ctx: JobContext, limit: float | None) -> Outcome | None:
+        self._last_exit = None
         assert self._conn is not None
         assert self._proc is not None
         try:
@@ -121,7 +148,10 @@ class ChildSlot:
         self._kill(at_once=False)
 
     def _died(self, ctx: JobContext) -> Outcome:
+        if self._proc is not None:
+            self._proc.join(1.0)  # its pipe closed as it died: take its exit code
         code = None if self._proc is None else self._proc.exitcode
+        self._last_exit = code
         self._reap()
         return Outcome(ctx.job, Kind.FAIL, error=f"the process running the handler died (exit code {code})")
 
@@ -153,6 +183,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
 
         from pgsched.api.loader import load_app
         from pgsched.runtime.executor import _await, run_sync
+        from pgsched.runtime.journal import Journal
 
         app = load_app(app_ref)
         if dsn is not None:
@@ -160,6 +191,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
     except BaseException as exc:  # reported to the worker, which fails the job with it
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    journal = None if dsn is None else Journal(dsn, prepare=False)  # connects at the first progress or step
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -170,7 +202,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
             return
         job, worker, timeout = message
         assert isinstance(job, ClaimedJob)
-        ctx = JobContext(job=job, worker=worker, timeout=timeout)
+        ctx = JobContext(job=job, worker=worker, timeout=timeout, _journal=journal)
         outcome = run_sync(app.tasks.get(job.task), ctx, lambda value: asyncio.run(_await(value)))
         try:
             conn.send(outcome)

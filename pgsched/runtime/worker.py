@@ -39,6 +39,7 @@ from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
 from pgsched.runtime.heartbeater import Heartbeater
+from pgsched.runtime.limits import resource_limits
 from pgsched.runtime.listener import Listener
 from pgsched.runtime.routing import ClaimQueues, warn_unserved
 from pgsched.runtime.starter import Starter
@@ -182,6 +183,9 @@ class Worker:
             running=lambda: len(self._held),
             version=VERSION,
             loops_abandoned=lambda: self._executor.loops_abandoned,
+            progress=lambda: [
+                (c.queue, c.task, c.id, c.last_progress[0]) for c in list(self._held.values()) if c.last_progress
+            ],
         )
         self._metrics_server: MetricsServer | None = None
 
@@ -329,6 +333,7 @@ class Worker:
                 self.options.concurrency,
                 VERSION,
                 sorted(self.app.tasks),
+                resource_limits(self.options.labels),
             ),
         )
 

@@ -29,7 +29,8 @@ BEGIN
     INSERT INTO pgsched.job_history
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
          leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
-         service, claimed_at, concurrency_key, timeout)
+         service, claimed_at, concurrency_key, timeout, progress, progress_note, progress_at, steps,
+         memory_limit, cpu_limit)
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at,
@@ -38,7 +39,8 @@ BEGIN
             coalesce(p_job.started_at,
                      CASE WHEN p_job.state = 'running' AND p_state <> 'cancelled' THEN p_job.claimed_at END),
             p_now, p_result, p_error, p_job.schedule, p_job.service, p_job.claimed_at, p_job.concurrency_key,
-            p_job.timeout);
+            p_job.timeout, p_job.progress, p_job.progress_note, p_job.progress_at, p_job.steps,
+            p_job.memory_limit, p_job.cpu_limit);
     IF v_config.events THEN
         PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
             'id', p_job.id, 'queue', p_job.queue, 'task', p_job.task, 'state', p_state,

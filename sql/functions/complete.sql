@@ -52,12 +52,14 @@ BEGIN
         INSERT INTO pgsched.job_history
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
              leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
-             service, claimed_at, concurrency_key, timeout)
+             service, claimed_at, concurrency_key, timeout, progress, progress_note, progress_at, steps,
+             memory_limit, cpu_limit)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
                -- a worker that never called start() ran it from its claim on
                d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule, d.service,
-               d.claimed_at, d.concurrency_key, d.timeout
+               d.claimed_at, d.concurrency_key, d.timeout, d.progress, d.progress_note, d.progress_at, d.steps,
+               d.memory_limit, d.cpu_limit
         FROM done d
     ), keys AS (
         UPDATE pgsched.idempotency_keys k

@@ -12,12 +12,16 @@
 -- tenants behave as in enqueue(). Granted to pgsched_command only: the task
 -- pgsched.command is refused on every other path (_check_command_task).
 -- The job is stored as task pgsched.command with args {argv, env, cwd,
--- timeout_s} and the label pgsched:command, which only --commands workers
+-- timeout_s, memory_limit, cpu_limit} and the label pgsched:command, which only --commands workers
 -- offer, so no other worker ever claims it. With a timeout, the job's
 -- timeout column is timeout + config.command_timeout_margin: the runner
 -- kills the program at timeout and records its output within the margin,
 -- so the worker's own time limit and the database's deadline (start(),
 -- _fail_overdue) fire only when the runner itself failed to end the run.
+-- memory_limit (MiB) and cpu_limit (CPUs) bound each run (a cgroup per run,
+-- else rlimits: docs/commands.md); NULL takes config.command_memory_limit /
+-- command_cpu_limit, 0 means none; stored in args as memory_limit and
+-- cpu_limit (JSON null: none). Bad limits: _check_resource_limits.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
     argv            text[],
     env             jsonb       DEFAULT '{}',
@@ -29,7 +33,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
     priority        integer     DEFAULT 0,
     idempotency_key text        DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    memory_limit    integer     DEFAULT NULL,
+    cpu_limit       real        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -48,6 +54,8 @@ DECLARE
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
     v_bad text;
+    v_memory integer;
+    v_cpu real;
 BEGIN
     enqueue_command.tenant := coalesce(enqueue_command.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue_command.tenant);
@@ -105,20 +113,25 @@ BEGIN
         RAISE EXCEPTION 'pgsched: timeout % must be positive and at most 366 days (NULL: none)', enqueue_command.timeout
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'timeout';
     END IF;
+    PERFORM pgsched._check_resource_limits(enqueue_command.memory_limit, enqueue_command.cpu_limit);
 
     v_labels := coalesce(enqueue_command.labels, '{}');
     IF NOT 'pgsched:command' = ANY (v_labels) THEN
         v_labels := v_labels || 'pgsched:command'::text;
     END IF;
-    v_args := pg_catalog.jsonb_build_object(
-        'argv', pg_catalog.to_jsonb(argv), 'env', v_env, 'cwd', cwd,
-        'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout));
-    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin
-    INTO v_limit, v_max, v_margin
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin,
+           CASE WHEN enqueue_command.memory_limit = 0 THEN NULL
+                ELSE coalesce(enqueue_command.memory_limit, c.command_memory_limit) END,
+           CASE WHEN enqueue_command.cpu_limit = 0 THEN NULL ELSE coalesce(enqueue_command.cpu_limit, c.command_cpu_limit) END
+    INTO v_limit, v_max, v_margin, v_memory, v_cpu
     FROM pgsched.config c
     LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
                        WHERE t1.name = 'pgsched.command' AND (t1.tenant IS NULL OR t1.tenant = enqueue_command.tenant)
                        ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
+    v_args := pg_catalog.jsonb_build_object(
+        'argv', pg_catalog.to_jsonb(argv), 'env', v_env, 'cwd', cwd,
+        'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout),
+        'memory_limit', v_memory, 'cpu_limit', v_cpu);
     PERFORM pgsched._check_job('pgsched.command', v_queue, v_args, coalesce(enqueue_command.priority, 0), v_run_at,
                                v_max, enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
     PERFORM pgsched._check_payload(v_args, v_limit);

@@ -7,7 +7,10 @@
 -- nothing; once it ended (cancelled, dead, or returned), the key is free
 -- and the next call starts a new one. Same parameters and checks as
 -- enqueue(); a plain INSERT INTO pgsched.jobs (..., service) VALUES (...,
--- true) does the same without returning the holder of a repeated key.
+-- true) does the same without returning the holder of a repeated key
+-- (and without resource limits). memory_limit (MiB) and cpu_limit (CPUs):
+-- NULL takes config.service_memory_limit / service_cpu_limit, 0 means none;
+-- kept in jobs.memory_limit / cpu_limit (docs/services.md).
 CREATE OR REPLACE FUNCTION pgsched.enqueue_service(
     task            text,
     args            jsonb       DEFAULT '{}',
@@ -17,7 +20,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_service(
     idempotency_key text        DEFAULT NULL,
     max_attempts    integer     DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    memory_limit    integer     DEFAULT NULL,
+    cpu_limit       real        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -32,15 +37,21 @@ DECLARE
     v_max integer := enqueue_service.max_attempts;
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
+    v_memory integer;
+    v_cpu real;
 BEGIN
     enqueue_service.tenant := coalesce(enqueue_service.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue_service.tenant);
+    PERFORM pgsched._check_resource_limits(enqueue_service.memory_limit, enqueue_service.cpu_limit);
     PERFORM pgsched._check_command_task(enqueue_service.task, 'enqueue_service()');
     PERFORM pgsched._check_job(enqueue_service.task, v_queue, v_args, coalesce(enqueue_service.priority, 0), v_run_at,
                                v_max, enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'),
                                enqueue_service.tenant);
-    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts)
-    INTO v_limit, v_max
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts),
+           CASE WHEN enqueue_service.memory_limit = 0 THEN NULL
+                ELSE coalesce(enqueue_service.memory_limit, c.service_memory_limit) END,
+           CASE WHEN enqueue_service.cpu_limit = 0 THEN NULL ELSE coalesce(enqueue_service.cpu_limit, c.service_cpu_limit) END
+    INTO v_limit, v_max, v_memory, v_cpu
     FROM pgsched.config c
     LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
                        WHERE t1.name = enqueue_service.task AND (t1.tenant IS NULL OR t1.tenant = enqueue_service.tenant)
@@ -65,10 +76,11 @@ BEGIN
 
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
-         service)
+         service, memory_limit, cpu_limit)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue_service.task, v_args, coalesce(enqueue_service.priority, 0), v_run_at, 0, v_max,
-            enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'), enqueue_service.tenant, true);
+            enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'), enqueue_service.tenant, true,
+            v_memory, v_cpu);
     PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
                                  CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);
     RETURN v_id;

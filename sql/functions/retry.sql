@@ -57,10 +57,10 @@ BEGIN
     -- The primary key (id, shard) makes a concurrent second redrive a no-op.
     INSERT INTO pgsched.jobs AS j
         (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
-         concurrency_key, timeout)
+         concurrency_key, memory_limit, cpu_limit, timeout)
     VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
             v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
-            v_last.concurrency_key,
+            v_last.concurrency_key, v_last.memory_limit, v_last.cpu_limit,
             CASE WHEN v_last.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(v_last.args -> 'timeout_s') = 'number'
                       AND (v_last.args ->> 'timeout_s')::double precision > 0
                  THEN pg_catalog.make_interval(secs => (v_last.args ->> 'timeout_s')::double precision)

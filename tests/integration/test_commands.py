@@ -23,6 +23,8 @@ from pgsched.runtime.worker import Worker, WorkerOptions
 from tests.integration.conftest import Running, events, job, wait_for, wait_state
 
 Conn = psycopg.Connection[dict[str, Any]]
+# A command job's args carry its resource limits: config.command_memory_limit and command_cpu_limit unless given.
+DEFAULT_LIMITS = {"memory_limit": 512, "cpu_limit": 1.0}
 
 
 @pytest.fixture
@@ -295,7 +297,7 @@ def test_enqueue_command_stores_the_timeout_with_the_job_and_dedupes_by_key(app:
     assert first is not None
     row = conn.execute("SELECT * FROM pgsched.jobs WHERE id = %s", [first["id"]]).fetchone()
     assert row is not None
-    assert row["args"] == {"argv": ["sleep", "1"], "env": {"X": "1"}, "cwd": "/tmp", "timeout_s": 90}
+    assert row["args"] == {"argv": ["sleep", "1"], "env": {"X": "1"}, "cwd": "/tmp", "timeout_s": 90, **DEFAULT_LIMITS}
     assert (row["task"], row["queue"], row["priority"]) == ("pgsched.command", "commands", 5)
     assert row["timeout"] == timedelta(seconds=120)  # 90 s + config.command_timeout_margin: the database's deadline
     assert row["labels"] == ["gpu", COMMAND_LABEL]
@@ -311,7 +313,7 @@ def test_enqueue_command_async(app: App, conn: Conn) -> None:
 
     job_id = asyncio.run(enqueue())
     row = conn.execute("SELECT queue, args FROM pgsched.jobs WHERE id = %s", [job_id]).fetchone()
-    assert row == {"queue": "ops", "args": {"argv": ["true"], "env": {}, "cwd": None, "timeout_s": 5}}
+    assert row == {"queue": "ops", "args": {"argv": ["true"], "env": {}, "cwd": None, "timeout_s": 5, **DEFAULT_LIMITS}}
 
 
 def test_the_command_task_is_refused_on_every_other_path(conn: Conn) -> None:
@@ -369,7 +371,7 @@ def test_retry_redrives_a_command_as_it_was_written(app: App, conn: Conn) -> Non
     row = conn.execute("SELECT task, args, labels, state, timeout FROM pgsched.jobs WHERE id = %s", [job.id]).fetchone()
     assert row == {
         "task": "pgsched.command",
-        "args": {"argv": ["echo", "again"], "env": {}, "cwd": None, "timeout_s": 5},
+        "args": {"argv": ["echo", "again"], "env": {}, "cwd": None, "timeout_s": 5, **DEFAULT_LIMITS},
         "labels": [COMMAND_LABEL],
         "state": "available",
         "timeout": timedelta(seconds=35),  # its deadline again: 5 s + the margin

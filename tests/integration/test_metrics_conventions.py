@@ -36,6 +36,7 @@ WORKER_TYPES = {
     "pgsched_worker_concurrency": "gauge",
     "pgsched_worker_info": "gauge",
     "pgsched_worker_loops_abandoned": "counter",
+    "pgsched_worker_job_progress": "gauge",
 }
 QUEUE_TYPES = {
     "pgsched_database_up": "gauge",

@@ -10,6 +10,8 @@ from pgsched.errors import InvalidJob
 from tests.security.conftest import DENIED, Deployment, everything
 from tests.sql.helpers import Conn, refused
 
+# A command job's args carry its resource limits: config.command_memory_limit and command_cpu_limit unless given.
+DEFAULT_LIMITS = {"memory_limit": 512, "cpu_limit": 1.0}
 COMMAND_ARGS = Jsonb({"argv": ["sh", "-c", "id > /tmp/pwned"], "env": {}, "cwd": None, "timeout_s": None})
 
 # Every way into pgsched.jobs that a role other than pgsched_command holds.
@@ -59,7 +61,7 @@ def test_pgsched_command_enqueues_commands_and_nothing_else(deployment: Deployme
     assert job == {
         "task": "pgsched.command",
         "queue": "commands",
-        "args": {"argv": ["echo", "hi"], "env": {}, "cwd": None, "timeout_s": 60},
+        "args": {"argv": ["echo", "hi"], "env": {}, "cwd": None, "timeout_s": 60, **DEFAULT_LIMITS},
         "labels": ["pgsched:command"],
     }
     before = everything(owner)
