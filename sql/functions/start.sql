@@ -5,7 +5,8 @@
 -- its started_at (the database's clock, read when the statement runs). Returns
 -- one row per input job: 'started' (run the handler), 'cancel_requested'
 -- (do not start it: cancel it, e.g. fail() records it 'cancelled') or
--- 'lease_lost' (another run may own it: do not start it). A job claimed but
+-- 'lease_lost' (another run may own it, or its lease ran out: do not start
+-- it; claim() already counts a run-out lease's slot free). A job claimed but
 -- not started has started_at NULL, so views tell "waiting for a slot" from
 -- "running", and start lag (started_at - run_at) counts the wait for a slot.
 -- A started job carries its deadline: deadline_at = started_at + its timeout
@@ -45,7 +46,7 @@ BEGIN
                                                   ORDER BY t.tenant NULLS LAST LIMIT 1))
                 ELSE j.deadline_at END
         FROM input u
-        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running' AND j.lease_expires_at > v_now
           AND (u.shard IS NULL OR j.shard = u.shard)
         RETURNING j.id, j.cancel_requested_at IS NULL AS go, j.deadline_at - j.started_at AS timeout
     )

@@ -89,6 +89,13 @@ def test_start_refuses_a_stale_token_and_a_finished_job(conn: Conn, now: datetim
     assert start(conn, [pair(again)], now=now) == {taken: "started"}
 
 
+def test_start_refuses_a_lease_that_ran_out_before_any_expiry(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn)
+    got = claim_one(conn, now=now, lease=timedelta(seconds=5))
+    assert start(conn, [pair(got)], now=now + timedelta(seconds=6)) == {job_id: "lease_lost"}
+    assert job(conn, job_id)["started_at"] is None  # type: ignore[index]
+
+
 def test_a_cancel_committed_while_start_waits_wins(conn: Conn, dsn: str, now: datetime) -> None:
     """cancel() holds the row; start() waits for it, then sees the request: the job does not start."""
     job_id = enqueue(conn)
