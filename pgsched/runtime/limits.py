@@ -136,6 +136,22 @@ class Mechanism:
             raise
         return confined
 
+    def sweep(self) -> int:
+        """Remove the groups of runs whose worker died (a SIGKILLed worker leaves its groups behind); returns how
+        many. Groups are named run-<job>-<token>-<worker pid>; those of live workers are left alone."""
+        removed = 0
+        for folder, version in set(self._bases.values()):
+            try:
+                children = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("run-")]
+            except OSError:
+                continue
+            for path in children:
+                pid = path.name.rsplit("-", 1)[-1]
+                if pid.isdigit() and not _alive(int(pid)):
+                    _remove(_Group(path, version, "memory" if version == 1 else "unified"))
+                    removed += 1
+        return removed
+
     def _make(self, base: tuple[Path, int], controller: str, run: str, limits: RunLimits) -> _Group:
         folder, version = base
         group = _Group(folder / run, version, controller if version == 1 else "unified")
@@ -259,6 +275,16 @@ def _oom_kills(group: _Group) -> int:
     return 0
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _remove(group: _Group) -> None:
     """Kill what is left in the group (processes that left the program's process group), then remove it."""
     deadline = time.monotonic() + 2.0
@@ -293,6 +319,9 @@ def mechanism() -> Mechanism:
     with _found_lock:
         if _found is None:
             _found = detect()
+            swept = _found.sweep()
+            if swept:
+                log.info("resource limits: removed %d cgroups left by workers that died", swept)
         return _found
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,3 +253,20 @@ def test_the_python_api_refuses_bad_limits_before_any_round_trip_and_passes_good
     rows = {r["id"]: r for r in conn.execute("SELECT id, memory_limit, cpu_limit FROM pgsched.jobs").fetchall()}
     assert (rows[handle.id]["memory_limit"], rows[handle.id]["cpu_limit"]) == (256, 0.5)
     assert (rows[own.id]["memory_limit"], rows[own.id]["cpu_limit"]) == (None, 0.5)
+
+
+def test_groups_left_by_a_dead_worker_are_swept() -> None:
+    if not _cgroups():
+        pytest.skip("needs a writable cgroup hierarchy")
+    found = limits.mechanism()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = found.open(limits.RunLimits(64, 0.5), f"run-1-1-{gone.pid}", None)
+    alive = found.open(limits.RunLimits(64, None), f"run-2-2-{os.getpid()}", None)
+    assert all(g.path.is_dir() for g in dead.groups + alive.groups)
+    assert found.sweep() >= len(dead.groups)
+    assert not any(g.path.exists() for g in dead.groups)
+    assert all(g.path.is_dir() for g in alive.groups)  # a live worker's run is left alone
+    alive.finish(0)
+    dead.finish(None)  # its groups are gone already; this closes its pipe
+    assert not any(g.path.exists() for g in alive.groups)
