@@ -60,6 +60,14 @@ CREATE TABLE pgsched.config (
     timeout_grace         interval    NOT NULL DEFAULT '5 seconds',  -- past a run's deadline_at before housekeeping fails it
     max_handbacks         integer     NOT NULL DEFAULT 3,  -- shutdown hand-backs of an unfinished run before it is dead
     command_timeout_margin interval   NOT NULL DEFAULT '30 seconds',  -- a command job's timeout column: its timeout + this
+    -- a job whose task no live worker of its queue has registered for this long goes dead (pgsched.pass_over)
+    unserved_task_timeout interval    NOT NULL DEFAULT '10 minutes',
+    -- Resource limits of each run (docs/commands.md): MiB of memory and CPUs,
+    -- the defaults of enqueue_command / enqueue_service; NULL: unlimited.
+    command_memory_limit  integer     DEFAULT 512,
+    command_cpu_limit     real        DEFAULT 1.0,
+    service_memory_limit  integer     DEFAULT 1024,
+    service_cpu_limit     real        DEFAULT 2.0,
     CONSTRAINT config_singleton CHECK (singleton),
     CONSTRAINT config_shards_range CHECK (shards BETWEEN 1 AND 256),
     CONSTRAINT config_max_payload_positive CHECK (max_payload_bytes > 0),
@@ -77,7 +85,13 @@ CREATE TABLE pgsched.config (
     CONSTRAINT config_timeout_grace_range CHECK (timeout_grace BETWEEN interval '0' AND interval '1 day'),
     CONSTRAINT config_max_handbacks_range CHECK (max_handbacks BETWEEN 0 AND 1000000),
     CONSTRAINT config_command_timeout_margin_range CHECK (
-        command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day')
+        command_timeout_margin BETWEEN interval '2 seconds' AND interval '1 day'),
+    CONSTRAINT config_unserved_task_timeout_range CHECK (
+        unserved_task_timeout BETWEEN interval '1 second' AND interval '365 days'),
+    -- NULL (unlimited) passes; NaN is above every number, so it fails.
+    CONSTRAINT config_resource_limits_range CHECK (
+        command_memory_limit BETWEEN 4 AND 4194304 AND service_memory_limit BETWEEN 4 AND 4194304
+        AND command_cpu_limit BETWEEN 0.01 AND 1024 AND service_cpu_limit BETWEEN 0.01 AND 1024)
 );
 COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 
@@ -127,6 +141,7 @@ CREATE TABLE pgsched.jobs (
     service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
@@ -134,6 +149,18 @@ CREATE TABLE pgsched.jobs (
     dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
     dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
     dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
+    -- The handler's last ctx.progress() report, of whichever attempt made it;
+    -- written only by pgsched.report_progress, which checks it (no CHECK here:
+    -- each costs every INSERT).
+    progress            real,             -- 0 to 1
+    progress_note       text,
+    progress_at         timestamptz,
+    -- Durable steps' results (ctx.step, pgsched.record_step): a JSON array of
+    -- {name, result, at, attempt, token, worker} in the order they finished (docs/steps.md).
+    steps               jsonb,
+    -- A service's resource limits (enqueue_service; a command's are in its args): MiB and CPUs, NULL: none.
+    memory_limit        integer,
+    cpu_limit           real,
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -206,6 +233,12 @@ CREATE TABLE pgsched.job_history (
     claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
     concurrency_key     text,
     timeout             interval,         -- the job's own run limit, given back by a redrive (retry)
+    progress            real,             -- the last progress report (jobs.progress)
+    progress_note       text,
+    progress_at         timestamptz,
+    steps               jsonb,            -- durable steps' results (jobs.steps), dropped with the row
+    memory_limit        integer,          -- a service's resource limits (jobs.memory_limit, cpu_limit)
+    cpu_limit           real,
     CONSTRAINT job_history_state_terminal CHECK (state IN ('completed', 'dead', 'cancelled'))
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgsched.job_history IS
@@ -222,7 +255,7 @@ CREATE TABLE pgsched.job_events (
     detail  jsonb,
     CONSTRAINT job_events_kind_valid CHECK (kind IN (
         'claimed', 'completed', 'failed', 'dead', 'snoozed', 'released', 'cancel_requested',
-        'cancelled', 'lease_expired', 'retried', 'lease_lost'))
+        'cancelled', 'lease_expired', 'retried', 'lease_lost', 'passed_over'))
 ) PARTITION BY RANGE (at);
 COMMENT ON TABLE pgsched.job_events IS
     'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
@@ -243,8 +276,11 @@ CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expire
     WHERE expires_at IS NOT NULL;
 
 -- Task policies, registered by workers at start (and by hand if wanted).
+-- A policy with tenant NULL is shared by every tenant and set only by an
+-- unconfined role; a tenant's own policy (registered by a login bound to it)
+-- wins, as a whole, for that tenant's jobs and applies to no other tenant.
 CREATE TABLE pgsched.tasks (
-    name           text        PRIMARY KEY,
+    name           text        NOT NULL,
     queue          text        NOT NULL DEFAULT 'default',
     max_attempts   integer,
     backoff_base   interval,
@@ -253,13 +289,17 @@ CREATE TABLE pgsched.tasks (
     updated_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     timeout        interval,
     labels         text[],     -- default labels of the task's jobs (a worker pool); NULL: the queue's
+    tenant         text,       -- NULL: every tenant's policy; else that tenant's own
+    CONSTRAINT tasks_name_tenant UNIQUE NULLS NOT DISTINCT (name, tenant),
+    CONSTRAINT tasks_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
     CONSTRAINT tasks_max_attempts_positive CHECK (max_attempts > 0),
     CONSTRAINT tasks_max_attempts_range CHECK (max_attempts <= 1000000),
     CONSTRAINT tasks_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
     CONSTRAINT tasks_backoff_jitter_range CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
     CONSTRAINT tasks_timeout_positive CHECK (timeout > interval '0')
 );
-COMMENT ON TABLE pgsched.tasks IS 'Per-task retry policy; NULL columns fall back to pgsched.config.';
+COMMENT ON TABLE pgsched.tasks IS
+    'Per-task policy; a tenant''s own row (tenant) wins for its jobs over the shared one (tenant NULL); NULL columns fall back to pgsched.config.';
 
 -- Queue controls: pause stops claims; backoff overrides the install default;
 -- the dispatch policy (set with pgsched.configure_queue, docs/dispatch.md):
@@ -311,7 +351,9 @@ CREATE TABLE pgsched.workers (
     started_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     last_seen  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     running    integer     NOT NULL DEFAULT 0,
-    version    text
+    version    text,
+    tasks      text[],     -- the tasks it runs; NULL: not reported (taken as any task)
+    resource_limits text   -- how it limits command runs (cgroup v2/v1, rlimit); NULL: it runs none
 );
 
 -- Per-minute, per-queue rollup of finished work, failures, start lag, run time
@@ -535,6 +577,11 @@ CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
 CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
     WHERE state = 'available' AND labels <> '{}';
 
+-- Jobs passed over while no live worker knew their task: what the
+-- unserved-tasks check reads (no other job enters it).
+CREATE INDEX jobs_unserved_idx ON pgsched.jobs (queue, task)
+    WHERE unserved_since IS NOT NULL;
+
 CREATE INDEX job_history_id_idx ON pgsched.job_history (id);
 -- Recent history (queue_stats' last five minutes): rows arrive in finished_at
 -- order, so a BRIN index finds them for a fraction of a btree's upkeep.
@@ -561,8 +608,9 @@ CREATE INDEX job_dependencies_job_idx ON pgsched.job_dependencies (job);
 -- contract: the delay before retry number p_attempt + 1 of a job of p_task in
 -- p_queue: exponential from base, capped at max, minus up to `jitter` of it
 -- at random so retries of a burst spread out. The task's policy wins over the
--- queue's, which wins over the install default.
-CREATE OR REPLACE FUNCTION pgsched._backoff(p_task text, p_queue text, p_attempt integer)
+-- queue's, which wins over the install default; the task policy of the
+-- job's tenant (p_tenant) wins over the one every tenant shares.
+CREATE OR REPLACE FUNCTION pgsched._backoff(p_task text, p_queue text, p_attempt integer, p_tenant text)
 RETURNS interval
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -576,7 +624,9 @@ BEGIN
                    coalesce(t.backoff_max, q.backoff_max, c.backoff_max) AS max,
                    coalesce(t.backoff_jitter, c.backoff_jitter)::double precision AS jitter
             FROM pgsched.config c
-            LEFT JOIN pgsched.tasks t ON t.name = p_task
+            LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                               WHERE t1.name = p_task AND (t1.tenant IS NULL OR t1.tenant = p_tenant)
+                               ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
             LEFT JOIN pgsched.queues q ON q.name = p_queue
         ) p);
 END
@@ -752,6 +802,32 @@ BEGIN
                 CASE WHEN p_where IS NULL THEN '' ELSE p_where || ': ' END
             USING ERRCODE = 'insufficient_privilege', COLUMN = 'task', SCHEMA = 'pgsched', TABLE = 'jobs',
                   HINT = 'Enqueue commands with pgsched.enqueue_command(), which needs the role pgsched_command.';
+    END IF;
+END
+$$;
+
+-- functions/_check_resource_limits.sql
+-- _check_resource_limits
+-- contract: refuses, with invalid_parameter_value naming the parameter, a
+-- resource limit that enqueue_command() or enqueue_service() cannot take:
+-- memory_limit (MiB) other than 0 (no limit) or 4 to 4194304 (4 TiB),
+-- cpu_limit (CPUs) other than 0 (no limit) or 0.01 to 1024 (NaN and
+-- infinity included). NULL (the install default) passes. Bounds as in
+-- pgsched.config's config_resource_limits_range.
+CREATE OR REPLACE FUNCTION pgsched._check_resource_limits(p_memory_limit integer, p_cpu_limit real)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF p_memory_limit <> 0 AND p_memory_limit NOT BETWEEN 4 AND 4194304 THEN
+        RAISE EXCEPTION 'pgsched: memory_limit % MiB must be 0 (no limit) or 4 to 4194304 MiB (NULL: the default)',
+                p_memory_limit
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'memory_limit';
+    END IF;
+    IF p_cpu_limit <> 0 AND NOT p_cpu_limit BETWEEN 0.01 AND 1024 THEN
+        RAISE EXCEPTION 'pgsched: cpu_limit % must be 0 (no limit) or 0.01 to 1024 CPUs (NULL: the default)', p_cpu_limit
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'cpu_limit';
     END IF;
 END
 $$;
@@ -1244,9 +1320,14 @@ $$;
 -- (history) is met; one dead or cancelled applies the policy at once
 -- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive).
 -- A job with nothing left to wait for is made due (_release). A bad
--- element, a reference to the row itself or a later one, or an id this
--- session cannot see (another tenant's, or none) raises naming the row
--- (p_batch) and the value; the caller's insert is rolled back with it.
+-- element, a reference to the row itself or a later one, an id this
+-- session cannot see (another tenant's, or none), or one not smaller than
+-- the job's own (ids are drawn in order, so every edge points to an older
+-- job and no cycle can form, not even through predicted ids) raises naming
+-- the row (p_batch) and the value; the caller's insert is rolled back.
+-- Bounds: a job names at most 1000 dependencies, and one call at most 1000
+-- distinct jobs outside its batch (each is locked until commit: the lock
+-- table is shared and small).
 CREATE OR REPLACE FUNCTION pgsched._depend(
     p_ids      bigint[],
     p_shards   smallint[],
@@ -1273,7 +1354,21 @@ DECLARE
     v_outside bigint[];
     v_met bigint[];
     v_job pgsched.jobs;
+    v_max constant integer := 1000;
 BEGIN
+    SELECT u.ord, pg_catalog.jsonb_array_length(u.deps) AS n INTO v_bad
+    FROM unnest(p_deps) WITH ORDINALITY AS u(deps, ord)
+    WHERE pg_catalog.jsonb_typeof(u.deps) = 'array' AND pg_catalog.jsonb_array_length(u.deps) > v_max
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: %depends_on names % jobs: a job depends on at most % jobs',
+                CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END,
+                v_bad.n, v_max
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on',
+                  HINT = 'Chain a job that depends on the others in groups, or enqueue the group as one batch.';
+    END IF;
+
     SELECT u.ord, u.deps, u.policy, e.v,
            CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait') THEN 'policy'
                 WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' THEN 'shape'
@@ -1332,6 +1427,12 @@ BEGIN
         RETURN;
     END IF;
 
+    IF pg_catalog.cardinality(v_outside) > v_max THEN
+        RAISE EXCEPTION 'pgsched: depends_on names % jobs outside the batch: one call depends on at most % of them',
+                pg_catalog.cardinality(v_outside), v_max
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on',
+                  HINT = 'Enqueue the batch in parts, or name jobs of the batch by reference.';
+    END IF;
     IF v_outside IS NOT NULL THEN
         -- A redrive (retry) of a dead or cancelled dependency waits for this
         -- transaction (it takes the same lock, exclusively), so a dependency
@@ -1372,6 +1473,22 @@ BEGIN
                 USING ERRCODE = 'foreign_key_violation', COLUMN = 'depends_on',
                       HINT = 'A job can depend on jobs this session can see, active or in the history.';
         END IF;
+    END IF;
+
+    -- Every edge points to an older job (a smaller id; ids are drawn in
+    -- order), so no cycle can form: not on the job itself, not between rows
+    -- of this call named by their predicted ids, not through a later job.
+    SELECT e.ord, e.dep, e.job INTO v_bad
+    FROM unnest(v_ords, v_on, v_jobs) AS e(ord, dep, job)
+    WHERE e.dep >= e.job
+    ORDER BY e.ord
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: %depends_on %: a job can depend only on jobs enqueued before it (its own id is %)',
+                CASE WHEN p_batch THEN pg_catalog.format('row %s of the batch: ', v_bad.ord) ELSE '' END,
+                v_bad.dep, v_bad.job
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'depends_on',
+                  HINT = 'Within a batch, name earlier rows (-1 is the first row): ids grow in enqueue order.';
     END IF;
 
     -- Rows for every dependency not met: active ones, and failed ones a job waits out.
@@ -1625,7 +1742,8 @@ BEGIN
     INSERT INTO pgsched.job_history
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
          leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
-         service, claimed_at, concurrency_key, timeout)
+         service, claimed_at, concurrency_key, timeout, progress, progress_note, progress_at, steps,
+         memory_limit, cpu_limit)
     VALUES (p_job.id, p_job.shard, p_state, p_job.queue, p_job.task, p_job.args, p_job.priority,
             p_job.run_at, p_job.attempt, p_job.max_attempts, p_job.lease_token, p_job.leased_by,
             p_job.idempotency_key, p_job.labels, p_job.tenant, p_job.created_at,
@@ -1634,7 +1752,8 @@ BEGIN
             coalesce(p_job.started_at,
                      CASE WHEN p_job.state = 'running' AND p_state <> 'cancelled' THEN p_job.claimed_at END),
             p_now, p_result, p_error, p_job.schedule, p_job.service, p_job.claimed_at, p_job.concurrency_key,
-            p_job.timeout);
+            p_job.timeout, p_job.progress, p_job.progress_note, p_job.progress_at, p_job.steps,
+            p_job.memory_limit, p_job.cpu_limit);
     IF v_config.events THEN
         PERFORM pg_catalog.pg_notify('pgsched_events', pg_catalog.json_build_object(
             'id', p_job.id, 'queue', p_job.queue, 'task', p_job.task, 'state', p_state,
@@ -1793,8 +1912,10 @@ $$;
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
 -- Under fairness, the tenants with due jobs (one index probe each) are taken
 -- in turn (round robin), ceil(n / tenants) jobs each, heads first.
--- Without fairness, shards are read one at a time from a rotating one (as
--- claim() does for a busy worker), so a batch is usually one statement.
+-- Without fairness, as claim() does for a busy worker: the best due
+-- priority over all shards, its jobs read one shard at a time from a
+-- rotating one (a batch is usually one statement), then what it could not
+-- fill in strict order over all shards, so priority holds across shards.
 -- Per-key limits skip jobs whose key is full, reading at most 1000
 -- candidates per shard. Like claim(), it writes no audit event (the row
 -- keeps claimed_at; see pgsched.job_timeline).
@@ -1835,6 +1956,8 @@ DECLARE
     v_shard smallint;
     v_sids bigint[];
     v_nshards integer;
+    v_group text;
+    v_rank integer;
 BEGIN
     SELECT * INTO v_q FROM pgsched.queues q WHERE q.name = p_queue;
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -1913,8 +2036,20 @@ BEGIN
             v_shards := v_shards || v_cand.shard;
         END LOOP;
     ELSE
-        -- Shard by shard from a rotating one, as claim() does for a busy
-        -- worker: the batch usually comes from one partition, one statement.
+        -- As claim() does for a busy worker: the best due level (priority)
+        -- over all shards, its jobs shard by shard from a rotating one (the
+        -- batch usually comes from one partition, one statement), then the
+        -- rest in strict order over all shards at once.
+        SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
+        FROM pgsched.jobs j
+        WHERE j.state = 'available' AND j.queue = p_queue
+          AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+          AND (p_scope IS NULL OR j.tenant = p_scope)
+        ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+        LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
         SELECT c.shards INTO v_nshards FROM pgsched.config c;
         SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
         FROM pgsched.lease_token_seq s;
@@ -1925,6 +2060,7 @@ BEGIN
                 SELECT j.id, j.shard, j.concurrency_key
                 FROM pgsched.jobs j
                 WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
+                  AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
                   AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
                   AND (p_scope IS NULL OR j.tenant = p_scope)
                 ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
@@ -1940,6 +2076,26 @@ BEGIN
                 v_shards := v_shards || v_cand.shard;
             END LOOP;
         END LOOP;
+        IF pg_catalog.cardinality(v_ids) < v_k THEN
+            FOR v_cand IN
+                SELECT j.id, j.shard, j.concurrency_key
+                FROM pgsched.jobs j
+                WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
+                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+                  AND (p_scope IS NULL OR j.tenant = p_scope)
+                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+                LIMIT v_scan
+            LOOP
+                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+                    CONTINUE WHEN v_left <= 0;
+                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+                END IF;
+                v_ids := v_ids || v_cand.id;
+                v_shards := v_shards || v_cand.shard;
+            END LOOP;
+        END IF;
     END IF;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;
@@ -1993,7 +2149,9 @@ $$;
 -- without spending its failure budget: max_attempts grows by one, so the
 -- attempt counter keeps growing (every run has a new attempt and token) while
 -- the job keeps as many failures as it had. A job whose cancellation was
--- requested is cancelled instead. Returns the new state, or 'lease_lost'.
+-- requested is cancelled instead. Returns the new state, or 'lease_lost'
+-- (a stale token, or a lease that ran out before p_now: expire_leases hands
+-- that job back, and claim() already counts its slot free).
 --
 -- Hand-backs are bounded: a started run handed back by a worker shutting
 -- down (p_kind 'released') counts in `handbacks`; the one past
@@ -2026,7 +2184,7 @@ BEGIN
     SELECT j.leased_by INTO v_worker FROM pgsched.jobs j WHERE j.id = p_job_id AND j.lease_token = p_token;
     DELETE FROM pgsched.jobs j
     WHERE p_kind = 'released'
-      AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+      AND j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running' AND j.lease_expires_at > p_now
       AND j.cancel_requested_at IS NULL AND j.started_at IS NOT NULL
       AND j.handbacks >= v_max_handbacks AND NOT j.service
       AND (v_scope IS NULL OR j.tenant = v_scope)
@@ -2039,14 +2197,17 @@ BEGIN
         RETURN 'dead';
     END IF;
 
+    -- Handed back due now (p_run_at NULL): a job already due keeps its run_at, the
+    -- time it was due (a schedule's fire time, what ctx.scheduled_at reports), as an
+    -- expired lease does; only a snooze moves it.
     UPDATE pgsched.jobs j
-    SET run_at = v_run_at,
+    SET run_at = CASE WHEN p_run_at IS NULL THEN LEAST(j.run_at, p_now) ELSE p_run_at END,
         state = CASE WHEN v_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
         -- saturates at the enqueue bound (jobs_max_attempts_range): never overflows
         max_attempts = j.max_attempts + (j.max_attempts < 1000000)::integer,
         handbacks = j.handbacks + (p_kind = 'released' AND j.started_at IS NOT NULL AND NOT j.service)::integer,
         lease_token = NULL, leased_by = NULL, lease_expires_at = NULL
-    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running' AND j.lease_expires_at > p_now
       AND j.cancel_requested_at IS NULL
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
@@ -2055,7 +2216,7 @@ BEGIN
         PERFORM pgsched._event(p_job_id, v_job.claimed_at, 'claimed', v_job.attempt, v_worker, p_token)
         WHERE v_job.claimed_at IS NOT NULL;
         PERFORM pgsched._event(p_job_id, p_now, p_kind, v_job.attempt, NULL, p_token,
-            pg_catalog.jsonb_build_object('run_at', v_run_at));
+            pg_catalog.jsonb_build_object('run_at', v_job.run_at));
         IF v_job.state = 'available' THEN
             PERFORM pg_catalog.pg_notify('pgsched_jobs', v_job.queue);
         ELSE
@@ -2065,7 +2226,7 @@ BEGIN
     END IF;
 
     DELETE FROM pgsched.jobs j
-    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running'
+    WHERE j.id = p_job_id AND j.lease_token = p_token AND j.state = 'running' AND j.lease_expires_at > p_now
       AND j.cancel_requested_at IS NOT NULL
       AND (v_scope IS NULL OR j.tenant = v_scope)
     RETURNING j.* INTO v_job;
@@ -2663,20 +2824,23 @@ $$;
 -- attempt that ends other than completed records its claim then (see
 -- pgsched.job_timeline).
 --
--- Shards are visited one statement each, starting at start_shard (workers
--- rotate it), so concurrent claimers spread over partitions instead of
--- fighting for the same rows; within a shard, each queue is one index scan
--- in dispatch order (priority DESC, run_at, id; or aged priority, see
--- tg_jobs__dispatch) that stops after n rows, whatever the backlog. Queues
--- take turns by the same rotation. Priority orders jobs within a shard and
--- queue; across shards it holds within one rotation.
+-- Priority is strict across shards (docs/dispatch.md): a busy worker
+-- (start_shard given; workers rotate it) first finds the best due level (its
+-- dispatch group and rank, i.e. priority) with one merge of every shard's
+-- index head, then claims jobs of that level shard by shard from
+-- start_shard, one statement each, so concurrent claimers of tied jobs
+-- spread over partitions instead of fighting for the same rows; within a
+-- shard that is one index scan in dispatch order (priority DESC, run_at, id;
+-- or aged priority, see tg_jobs__dispatch) that stops after n rows, whatever
+-- the backlog. What the level cannot fill is claimed by one statement over
+-- all shards at once (a merge of every shard's index, strict order). Queues
+-- take turns by the same rotation.
 --
 -- A queue with a dispatch policy (concurrency or rate limits, tenant
 -- fairness) is claimed by _claim_limited, one claimer at a time.
 --
--- With start_shard NULL, each queue is instead one statement over all shards
--- at once (a merge of every shard's index, strict priority across shards):
--- the cheaper pass when little is queued, which workers use when idle.
+-- With start_shard NULL, each queue is only that one statement over all
+-- shards: the cheaper pass when little is queued, which workers use when idle.
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -2708,12 +2872,18 @@ DECLARE
     v_shard smallint;
     v_queue text;
     v_nq integer;
+    v_group text;
+    v_rank integer;
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
     v_scope text := pgsched._tenant_scope();
 BEGIN
-    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease <= interval '0' THEN
-        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a positive lease' USING ERRCODE = 'invalid_parameter_value';
+    -- A lease under a second would run out before its first heartbeat could
+    -- renew it: the job would be lost to its worker as it is handed over.
+    IF claim.n IS NULL OR claim.n < 1 OR claim.lease IS NULL OR claim.lease < interval '1 second' THEN
+        RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a lease of at least 1 second (got n %, lease %)',
+                        claim.n, claim.lease
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT c.shards INTO v_shards FROM pgsched.config c;
     SELECT pg_catalog.array_agg(q) INTO v_queues
@@ -2746,55 +2916,72 @@ BEGIN
 
     v_nq := pg_catalog.cardinality(v_queues);
 
-    IF claim.start_shard IS NULL THEN
-        FOR i IN 1 .. v_nq LOOP
-            v_queue := v_queues[i];
-            RETURN QUERY
-            WITH due AS MATERIALIZED (
-                SELECT j.id, j.shard
-                FROM pgsched.jobs j
-                WHERE j.state = 'available'
-                  AND j.queue = v_queue
-                  AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-                  AND (v_scope IS NULL OR j.tenant = v_scope)
-                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                LIMIT v_left
-                FOR UPDATE SKIP LOCKED
-            ), leased AS (
-                UPDATE pgsched.jobs j
-                SET state = 'running',
-                    attempt = j.attempt + 1,
-                    lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
-                    leased_by = claim.worker,
-                    lease_expires_at = v_now + claim.lease,
-                    claimed_at = v_now,
-                    started_at = NULL  -- set by start(), when a handler slot takes it
-                WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
-                  AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
-                  AND j.state = 'available'
-                RETURNING j.*
-            )
-            SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-                   l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
-            FROM leased l;
-            GET DIAGNOSTICS v_got = ROW_COUNT;
-            v_left := v_left - v_got;
-            EXIT WHEN v_left <= 0;
-        END LOOP;
-        RETURN;
-    END IF;
+    FOR k IN 0 .. v_nq - 1 LOOP
+        -- Queues take turns: a busy worker's claims start at a rotating one.
+        v_queue := v_queues[((coalesce(claim.start_shard, 0) + k) % v_nq + v_nq) % v_nq + 1];
+        IF claim.start_shard IS NOT NULL THEN
+            -- The best due level (dispatch group and rank: the priority) over
+            -- all shards, one merge of their index heads; none: nothing due.
+            SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
+            FROM pgsched.jobs j
+            WHERE j.state = 'available'
+              AND j.queue = v_queue
+              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+              AND (v_scope IS NULL OR j.tenant = v_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            LIMIT 1;
+            CONTINUE WHEN NOT FOUND;
+            -- Jobs of that level only, shard by shard from the start shard.
+            FOR i IN 0 .. v_shards - 1 LOOP
+                v_shard := ((claim.start_shard + i) % v_shards + v_shards) % v_shards;
+                RETURN QUERY
+                WITH due AS MATERIALIZED (
+                    SELECT j.id
+                    FROM pgsched.jobs j
+                    WHERE j.shard = v_shard
+                      AND j.state = 'available'
+                      AND j.queue = v_queue
+                      AND j.dispatch_group = v_group
+                      AND j.dispatch_rank = v_rank
+                      -- the first arm keeps the row estimate right (most jobs need no labels)
+                      AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
+                      AND (v_scope IS NULL OR j.tenant = v_scope)
+                    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+                    LIMIT v_left
+                    FOR UPDATE SKIP LOCKED
+                ), leased AS (
+                    UPDATE pgsched.jobs j
+                    SET state = 'running',
+                        attempt = j.attempt + 1,
+                        lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
+                        leased_by = claim.worker,
+                        lease_expires_at = v_now + claim.lease,
+                        claimed_at = v_now,
+                        started_at = NULL  -- set by start(), when a handler slot takes it
+                    -- ids as an array: one index probe each, never a scan of the partition
+                    WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
+                    RETURNING j.*
+                )
+                SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
+                       l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at,
+                       l.trace_context
+                FROM leased l;
+                GET DIAGNOSTICS v_got = ROW_COUNT;
+                v_left := v_left - v_got;
+                IF v_left <= 0 THEN
+                    RETURN;
+                END IF;
+            END LOOP;
+        END IF;
 
-    FOR i IN 0 .. v_shards * v_nq - 1 LOOP
-        v_shard := ((coalesce(claim.start_shard, 0) + i / v_nq) % v_shards + v_shards) % v_shards;
-        v_queue := v_queues[((coalesce(claim.start_shard, 0) + i) % v_nq + v_nq) % v_nq + 1];
+        -- The rest (or, with start_shard NULL, all of it) in one statement
+        -- over every shard: a merge of their indexes, strict order.
         RETURN QUERY
         WITH due AS MATERIALIZED (
-            SELECT j.id
+            SELECT j.id, j.shard
             FROM pgsched.jobs j
-            WHERE j.shard = v_shard
-              AND j.state = 'available'
+            WHERE j.state = 'available'
               AND j.queue = v_queue
-              -- the first arm keeps the row estimate right (most jobs need no labels)
               AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
               AND (v_scope IS NULL OR j.tenant = v_scope)
             ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
@@ -2809,8 +2996,9 @@ BEGIN
                 lease_expires_at = v_now + claim.lease,
                 claimed_at = v_now,
                 started_at = NULL  -- set by start(), when a handler slot takes it
-            -- ids as an array: one index probe each, never a scan of the partition
-            WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
+            WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
+              AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
+              AND j.state = 'available'
             RETURNING j.*
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
@@ -2818,7 +3006,9 @@ BEGIN
         FROM leased l;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
-        EXIT WHEN v_left <= 0;
+        IF v_left <= 0 THEN
+            RETURN;
+        END IF;
     END LOOP;
 END
 $$;
@@ -2830,7 +3020,8 @@ $$;
 -- pgsched.job_history as 'completed' with its result (its claim and
 -- completion are read from that row: pgsched.job_timeline; no audit event).
 -- A stale token (the lease expired and the job was handed to someone else, or
--- it already finished) changes nothing. Returns one row per input job saying
+-- it already finished) changes nothing, and so does a lease that has run out
+-- although no one has expired it yet (claim() already counts its slot free). Returns one row per input job saying
 -- whether it was accepted. Each accepted job sends its status event on
 -- pgsched_events when pgsched.config.events is on (docs/events.md). Waiting
 -- jobs whose last dependency this completes become due in the same
@@ -2850,6 +3041,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    -- The lease is checked against the clock when the statement runs, as claim() reads it.
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_config pgsched.config;
     v_scope text := pgsched._tenant_scope();
 BEGIN
@@ -2867,6 +3060,7 @@ BEGIN
         DELETE FROM pgsched.jobs j
         USING input u
         WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+          AND j.lease_expires_at > v_live
           AND (u.shard IS NULL OR j.shard = u.shard)
           AND (v_scope IS NULL OR j.tenant = v_scope)  -- tokens are guessable, tenants are not
         RETURNING j.*, u.result
@@ -2874,12 +3068,14 @@ BEGIN
         INSERT INTO pgsched.job_history
             (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, lease_token,
              leased_by, idempotency_key, labels, tenant, created_at, started_at, finished_at, result, error, schedule,
-             service, claimed_at, concurrency_key, timeout)
+             service, claimed_at, concurrency_key, timeout, progress, progress_note, progress_at, steps,
+             memory_limit, cpu_limit)
         SELECT d.id, d.shard, 'completed', d.queue, d.task, d.args, d.priority, d.run_at, d.attempt,
                d.max_attempts, d.lease_token, d.leased_by, d.idempotency_key, d.labels, d.tenant,
                -- a worker that never called start() ran it from its claim on
                d.created_at, coalesce(d.started_at, d.claimed_at), v_now, d.result, NULL, d.schedule, d.service,
-               d.claimed_at, d.concurrency_key, d.timeout
+               d.claimed_at, d.concurrency_key, d.timeout, d.progress, d.progress_note, d.progress_at, d.steps,
+               d.memory_limit, d.cpu_limit
         FROM done d
     ), keys AS (
         UPDATE pgsched.idempotency_keys k
@@ -3050,7 +3246,8 @@ $$;
 -- a dependency ending dead or cancelled does to it (see _depend).
 -- trace_context: the caller's trace propagation headers (see docs/otel.md).
 -- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
--- count (docs/dispatch.md).
+-- count (docs/dispatch.md). tenant: NULL in a session confined to a tenant
+-- is that tenant; its own task policy (pgsched.tasks) wins over the shared one.
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts a row naming its
@@ -3088,6 +3285,8 @@ DECLARE
     v_max integer := enqueue.max_attempts;
     v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
 BEGIN
+    -- A session confined to a tenant enqueues into it unless it names one.
+    enqueue.tenant := coalesce(enqueue.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue.tenant);
     PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
@@ -3132,10 +3331,13 @@ BEGIN
            enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
            CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
            CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
-           CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
+           CASE WHEN q.aging IS NULL THEN v_run_at
+                ELSE GREATEST(v_run_at - coalesce(enqueue.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
     FROM (SELECT) AS one
     LEFT JOIN pgsched.queues q ON q.name = v_queue
-    LEFT JOIN pgsched.tasks t ON t.name = enqueue.task;
+    LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                       WHERE t1.name = enqueue.task AND (t1.tenant IS NULL OR t1.tenant = enqueue.tenant)
+                       ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
 
     IF v_waits THEN
         IF pg_catalog.array_position(enqueue.depends_on, NULL) IS NOT NULL THEN
@@ -3168,12 +3370,16 @@ $$;
 -- tenants behave as in enqueue(). Granted to pgsched_command only: the task
 -- pgsched.command is refused on every other path (_check_command_task).
 -- The job is stored as task pgsched.command with args {argv, env, cwd,
--- timeout_s} and the label pgsched:command, which only --commands workers
+-- timeout_s, memory_limit, cpu_limit} and the label pgsched:command, which only --commands workers
 -- offer, so no other worker ever claims it. With a timeout, the job's
 -- timeout column is timeout + config.command_timeout_margin: the runner
 -- kills the program at timeout and records its output within the margin,
 -- so the worker's own time limit and the database's deadline (start(),
 -- _fail_overdue) fire only when the runner itself failed to end the run.
+-- memory_limit (MiB) and cpu_limit (CPUs) bound each run (a cgroup per run,
+-- else rlimits: docs/commands.md); NULL takes config.command_memory_limit /
+-- command_cpu_limit, 0 means none; stored in args as memory_limit and
+-- cpu_limit (JSON null: none). Bad limits: _check_resource_limits.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
     argv            text[],
     env             jsonb       DEFAULT '{}',
@@ -3185,7 +3391,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_command(
     priority        integer     DEFAULT 0,
     idempotency_key text        DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    memory_limit    integer     DEFAULT NULL,
+    cpu_limit       real        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -3204,7 +3412,10 @@ DECLARE
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
     v_bad text;
+    v_memory integer;
+    v_cpu real;
 BEGIN
+    enqueue_command.tenant := coalesce(enqueue_command.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue_command.tenant);
     IF enqueue_command.argv IS NULL OR pg_catalog.cardinality(argv) = 0 THEN
         RAISE EXCEPTION 'pgsched: argv must name a program: at least one element'
@@ -3260,17 +3471,25 @@ BEGIN
         RAISE EXCEPTION 'pgsched: timeout % must be positive and at most 366 days (NULL: none)', enqueue_command.timeout
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'timeout';
     END IF;
+    PERFORM pgsched._check_resource_limits(enqueue_command.memory_limit, enqueue_command.cpu_limit);
 
     v_labels := coalesce(enqueue_command.labels, '{}');
     IF NOT 'pgsched:command' = ANY (v_labels) THEN
         v_labels := v_labels || 'pgsched:command'::text;
     END IF;
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin,
+           CASE WHEN enqueue_command.memory_limit = 0 THEN NULL
+                ELSE coalesce(enqueue_command.memory_limit, c.command_memory_limit) END,
+           CASE WHEN enqueue_command.cpu_limit = 0 THEN NULL ELSE coalesce(enqueue_command.cpu_limit, c.command_cpu_limit) END
+    INTO v_limit, v_max, v_margin, v_memory, v_cpu
+    FROM pgsched.config c
+    LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                       WHERE t1.name = 'pgsched.command' AND (t1.tenant IS NULL OR t1.tenant = enqueue_command.tenant)
+                       ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
     v_args := pg_catalog.jsonb_build_object(
         'argv', pg_catalog.to_jsonb(argv), 'env', v_env, 'cwd', cwd,
-        'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout));
-    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts), c.command_timeout_margin
-    INTO v_limit, v_max, v_margin
-    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = 'pgsched.command';
+        'timeout_s', pg_catalog.date_part('epoch', enqueue_command.timeout),
+        'memory_limit', v_memory, 'cpu_limit', v_cpu);
     PERFORM pgsched._check_job('pgsched.command', v_queue, v_args, coalesce(enqueue_command.priority, 0), v_run_at,
                                v_max, enqueue_command.idempotency_key, v_labels, enqueue_command.tenant);
     PERFORM pgsched._check_payload(v_args, v_limit);
@@ -3322,7 +3541,7 @@ $$;
 -- caller's trace propagation headers) is stored with every job of the batch.
 -- timeouts (each run's time limit; NULL: the task's, else none) and
 -- concurrency_keys (what the queue's per-key limits count) are per job, as
--- in enqueue().
+-- in enqueue(). A NULL tenant in a session confined to a tenant is that tenant.
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -3358,6 +3577,7 @@ DECLARE
     v_bad record;
     v_shard_list smallint[];
     v_final bigint[];
+    v_scope text;
     v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
                                WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
 BEGIN
@@ -3388,6 +3608,14 @@ BEGIN
         RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
                 v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A session confined to a tenant enqueues into it where a row names none.
+    v_scope := nullif(pgsched._tenant_scope(), '');
+    IF v_scope IS NOT NULL THEN
+        tenants := ARRAY(SELECT coalesce(u.tenant, v_scope)
+                         FROM unnest(coalesce(tenants, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
+                              WITH ORDINALITY AS u(tenant, ord)
+                         ORDER BY u.ord);
     END IF;
     PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
     FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
@@ -3465,7 +3693,8 @@ BEGIN
                    CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
                    CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
-                        ELSE coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging END
+                        ELSE GREATEST(coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging,
+                                      v_now - 1000000 * q.aging) END
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
                         concurrency_keys)
                  WITH ORDINALITY AS u(task, args, queue, run_at, priority, max_attempts, tenant, labels, deps, timeout,
@@ -3473,7 +3702,9 @@ BEGIN
             CROSS JOIN LATERAL (SELECT CASE WHEN u.labels IS NULL THEN '{}'::text[]
                                             ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels))
                                        END AS labels) l
-            LEFT JOIN pgsched.tasks t ON t.name = u.task
+            LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                               WHERE t1.name = u.task AND (t1.tenant IS NULL OR t1.tenant = u.tenant)
+                               ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
             LEFT JOIN pgsched.queues q ON q.name = coalesce(u.queue, 'default')
             ORDER BY u.ord
             RETURNING j.id, j.shard, j.queue, j.state
@@ -3539,12 +3770,15 @@ BEGIN
                enqueue_many.trace_context, i.timeout, i.ckey,
                CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
-               CASE WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
+               CASE WHEN q.aging IS NULL THEN i.run_at
+                    ELSE GREATEST(i.run_at - coalesce(i.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
         FROM input i
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
                                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))
                                    END AS labels) l
-        LEFT JOIN pgsched.tasks t ON t.name = i.task
+        LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                           WHERE t1.name = i.task AND (t1.tenant IS NULL OR t1.tenant = i.tenant)
+                           ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
         LEFT JOIN pgsched.queues q ON q.name = i.queue
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
         ORDER BY i.ord
@@ -3595,7 +3829,10 @@ $$;
 -- nothing; once it ended (cancelled, dead, or returned), the key is free
 -- and the next call starts a new one. Same parameters and checks as
 -- enqueue(); a plain INSERT INTO pgsched.jobs (..., service) VALUES (...,
--- true) does the same without returning the holder of a repeated key.
+-- true) does the same without returning the holder of a repeated key
+-- (and without resource limits). memory_limit (MiB) and cpu_limit (CPUs):
+-- NULL takes config.service_memory_limit / service_cpu_limit, 0 means none;
+-- kept in jobs.memory_limit / cpu_limit (docs/services.md).
 CREATE OR REPLACE FUNCTION pgsched.enqueue_service(
     task            text,
     args            jsonb       DEFAULT '{}',
@@ -3605,7 +3842,9 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_service(
     idempotency_key text        DEFAULT NULL,
     max_attempts    integer     DEFAULT NULL,
     labels          text[]      DEFAULT '{}',
-    tenant          text        DEFAULT NULL
+    tenant          text        DEFAULT NULL,
+    memory_limit    integer     DEFAULT NULL,
+    cpu_limit       real        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -3620,15 +3859,25 @@ DECLARE
     v_max integer := enqueue_service.max_attempts;
     v_id bigint := pg_catalog.nextval('pgsched.jobs_id_seq');
     v_shard smallint;
+    v_memory integer;
+    v_cpu real;
 BEGIN
+    enqueue_service.tenant := coalesce(enqueue_service.tenant, nullif(pgsched._tenant_scope(), ''));
     PERFORM pgsched._check_tenant(enqueue_service.tenant);
+    PERFORM pgsched._check_resource_limits(enqueue_service.memory_limit, enqueue_service.cpu_limit);
     PERFORM pgsched._check_command_task(enqueue_service.task, 'enqueue_service()');
     PERFORM pgsched._check_job(enqueue_service.task, v_queue, v_args, coalesce(enqueue_service.priority, 0), v_run_at,
                                v_max, enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'),
                                enqueue_service.tenant);
-    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts)
-    INTO v_limit, v_max
-    FROM pgsched.config c LEFT JOIN pgsched.tasks t ON t.name = enqueue_service.task;
+    SELECT c.max_payload_bytes, coalesce(v_max, t.max_attempts, c.default_max_attempts),
+           CASE WHEN enqueue_service.memory_limit = 0 THEN NULL
+                ELSE coalesce(enqueue_service.memory_limit, c.service_memory_limit) END,
+           CASE WHEN enqueue_service.cpu_limit = 0 THEN NULL ELSE coalesce(enqueue_service.cpu_limit, c.service_cpu_limit) END
+    INTO v_limit, v_max, v_memory, v_cpu
+    FROM pgsched.config c
+    LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
+                       WHERE t1.name = enqueue_service.task AND (t1.tenant IS NULL OR t1.tenant = enqueue_service.tenant)
+                       ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true;
     PERFORM pgsched._check_payload(v_args, v_limit);
 
     IF enqueue_service.idempotency_key IS NULL THEN
@@ -3649,10 +3898,11 @@ BEGIN
 
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
-         service)
+         service, memory_limit, cpu_limit)
     VALUES (v_id, v_shard, CASE WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
             v_queue, enqueue_service.task, v_args, coalesce(enqueue_service.priority, 0), v_run_at, 0, v_max,
-            enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'), enqueue_service.tenant, true);
+            enqueue_service.idempotency_key, coalesce(enqueue_service.labels, '{}'), enqueue_service.tenant, true,
+            v_memory, v_cpu);
     PERFORM pg_catalog.pg_notify(CASE WHEN v_run_at <= v_now THEN 'pgsched_jobs' ELSE 'pgsched_scheduled' END,
                                  CASE WHEN v_run_at <= v_now THEN v_queue ELSE '' END);
     RETURN v_id;
@@ -3776,7 +4026,8 @@ $$;
 -- job's resulting state: 'scheduled' or 'available' (a retry, at retry_at or
 -- after the task/queue backoff), 'dead' (attempts exhausted, or final), or
 -- 'cancelled' (cancellation had been requested). A stale token changes
--- nothing and returns 'lease_lost'. A result (a command's exit code and
+-- nothing and returns 'lease_lost', as does a lease that has run out (even
+-- before expire_leases handed the job back: its slot is already free). A result (a command's exit code and
 -- output) is kept with the failed attempt's event, and in the history row
 -- when the job ends here.
 --
@@ -3800,6 +4051,8 @@ DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
+    -- The lease is checked against the clock when the statement runs, as claim() reads it.
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_scope text := pgsched._tenant_scope();
 BEGIN
     UPDATE pgsched.jobs j
@@ -3809,13 +4062,13 @@ BEGIN
         last_error = fail.error
     FROM (
         SELECT j2.id, j2.shard, j2.leased_by,
-               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt)) AS run_at
+               coalesce(fail.retry_at, v_now + pgsched._backoff(j2.task, j2.queue, j2.attempt, j2.tenant)) AS run_at
         FROM pgsched.jobs j2
         WHERE j2.id = fail.job_id AND j2.lease_token = fail.token
           AND (v_scope IS NULL OR j2.tenant = v_scope)
     ) v
     WHERE j.id = v.id AND j.shard = v.shard
-      AND j.lease_token = fail.token AND j.state = 'running'
+      AND j.lease_token = fail.token AND j.state = 'running' AND j.lease_expires_at > v_live
       AND NOT coalesce(fail.final, false)
       AND j.attempt < j.max_attempts
       AND j.cancel_requested_at IS NULL
@@ -3838,6 +4091,7 @@ BEGIN
 
     DELETE FROM pgsched.jobs j
     WHERE j.id = fail.job_id AND j.lease_token = fail.token AND j.state = 'running'
+      AND j.lease_expires_at > v_live
       AND (v_scope IS NULL OR j.tenant = v_scope)
       AND (coalesce(fail.final, false) OR j.attempt >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
     RETURNING j.* INTO v_job;
@@ -3860,8 +4114,10 @@ $$;
 -- A finished job appears once, as its latest run, and not at all while a
 -- redrive of it is active. Keyset pagination: p_before is the last id of the
 -- previous page; p_max_id bounds the set (so a confirmed bulk action touches
--- only the jobs that were there). Runs with the caller's rights: row-level
--- security confines a tenant-bound session to its tenant.
+-- only the jobs that were there). A page is 1 to 10000 jobs (p_limit; NULL
+-- would be every match, a scan of the whole history): larger sets are read
+-- page by page. Runs with the caller's rights: row-level security confines a
+-- tenant-bound session to its tenant.
 CREATE OR REPLACE FUNCTION pgsched.find_jobs(
     p_task   text        DEFAULT NULL,
     p_states text[]      DEFAULT NULL,
@@ -3878,9 +4134,17 @@ CREATE OR REPLACE FUNCTION pgsched.find_jobs(
 RETURNS TABLE (id bigint, queue text, state text, task text, args jsonb, priority integer, attempt integer,
                max_attempts integer, run_at timestamptz, worker text, error text, tenant text,
                created_at timestamptz, finished_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'pgsched: find_jobs p_limit must be between 1 and 10000, not %', coalesce(p_limit::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Read more page by page: p_before => the last id of the previous page.';
+    END IF;
+    RETURN QUERY
     WITH active AS (
         SELECT j.id, j.queue, j.state::text AS state, j.task, j.args, j.priority, j.attempt, j.max_attempts,
                j.run_at, j.leased_by AS worker, j.last_error AS error, j.tenant, j.created_at,
@@ -3920,9 +4184,10 @@ AS $$
         ORDER BY h.id DESC
         LIMIT p_limit
     )
-    SELECT * FROM (SELECT * FROM active UNION ALL SELECT * FROM finished) found
-    ORDER BY found.id DESC
-    LIMIT p_limit
+    SELECT * FROM (SELECT * FROM active UNION ALL SELECT * FROM finished) f
+    ORDER BY f.id DESC
+    LIMIT p_limit;
+END
 $$;
 
 -- functions/heartbeat.sql
@@ -3936,6 +4201,10 @@ $$;
 -- are skipped rather than waited for, so heartbeats never deadlock with
 -- completions; such a job still counts as held when its token is current in
 -- this statement's snapshot, and the next heartbeat extends it.
+-- A lease that has run out is not held, whether or not expire_leases has
+-- handed the job back yet: from that moment claim() counts its slot free
+-- (a queue's concurrency limit), so extending it would let two leases
+-- stand where one was allowed.
 CREATE OR REPLACE FUNCTION pgsched.heartbeat(
     job_ids bigint[],
     tokens  bigint[],
@@ -3950,6 +4219,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    -- The lease is checked against the clock when the statement runs, as claim() reads it.
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_scope text := pgsched._tenant_scope();
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
@@ -3965,12 +4236,12 @@ BEGIN
         SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
+        WHERE j.state = 'running' AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
+        WHERE j.state = 'running' AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
         UPDATE pgsched.jobs j
@@ -4136,6 +4407,82 @@ BEGIN
         RETURN NULL;
     END IF;
     RETURN v_next;
+END
+$$;
+
+-- functions/pass_over.sql
+-- pass_over
+-- contract: a worker hands back running jobs of tasks it does not know (two
+-- applications sharing a queue, a worker serving '*'), each under its
+-- fencing token, for a worker that knows the task: the attempt is given
+-- back (max_attempts grows by one, as snooze), the job is due again shortly,
+-- and no dependent is touched. Returns one row per job, in id order: its new
+-- state ('scheduled'), 'dead', 'cancelled' (its cancel had been requested)
+-- or 'lease_lost'.
+--
+-- A job is unserved while no live worker (seen within the last minute, as
+-- workers_live) of its queue has registered its task (pgsched.workers.tasks;
+-- a worker that reports none may know any task). unserved_since records
+-- when a pass-over first found it so, and is cleared when one finds a worker
+-- that knows it, or when a run starts. Only a job unserved for
+-- pgsched.config.unserved_task_timeout goes dead ('unknown task ...'); until
+-- then it comes back at most every 30 seconds to be asked again, and a job
+-- some live worker knows comes back after a second, for that worker.
+CREATE OR REPLACE FUNCTION pgsched.pass_over(
+    job_ids bigint[],
+    tokens  bigint[],
+    p_now   timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, outcome text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._tenant_scope();
+    v_timeout interval;
+    v_pair record;
+    v_job pgsched.jobs;
+    v_error text;
+BEGIN
+    SELECT c.unserved_task_timeout INTO v_timeout FROM pgsched.config c;
+    FOR v_pair IN SELECT u.id, u.token FROM unnest(pass_over.job_ids, pass_over.tokens) AS u(id, token)
+                  WHERE u.id IS NOT NULL ORDER BY u.id LOOP
+        UPDATE pgsched.jobs j
+        SET unserved_since = CASE
+            WHEN EXISTS (SELECT 1 FROM pgsched.workers w
+                         WHERE w.last_seen > v_now - interval '1 minute'
+                           AND w.name IS DISTINCT FROM j.leased_by
+                           AND (j.queue = ANY (w.queues) OR '*' = ANY (w.queues))
+                           AND (w.tasks IS NULL OR j.task = ANY (w.tasks)))
+            THEN NULL ELSE coalesce(j.unserved_since, v_now) END
+        WHERE j.id = v_pair.id AND j.lease_token = v_pair.token AND j.state = 'running'
+          AND (v_scope IS NULL OR j.tenant = v_scope)
+        RETURNING j.* INTO v_job;
+        IF NOT FOUND THEN
+            job_id := v_pair.id;
+            outcome := 'lease_lost';
+        ELSIF v_job.unserved_since IS NOT NULL AND v_now - v_job.unserved_since >= v_timeout
+              AND v_job.cancel_requested_at IS NULL THEN
+            DELETE FROM pgsched.jobs j
+            WHERE j.id = v_pair.id AND j.lease_token = v_pair.token AND j.state = 'running'
+            RETURNING j.* INTO v_job;
+            v_error := pg_catalog.format('unknown task %L: no live worker has registered it for %s',
+                                         v_job.task, v_timeout);
+            PERFORM pgsched._finish(v_job, 'dead', v_now, v_error, NULL,
+                pg_catalog.jsonb_build_object('error', v_error, 'reason', 'unserved'));
+            job_id := v_pair.id;
+            outcome := 'dead';
+        ELSE
+            job_id := v_pair.id;
+            outcome := pgsched._put_back(v_pair.id, v_pair.token,
+                v_now + CASE WHEN v_job.unserved_since IS NULL THEN interval '1 second'
+                             ELSE least(v_timeout - (v_now - v_job.unserved_since), interval '30 seconds') END,
+                'passed_over', v_now);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 
@@ -4447,14 +4794,97 @@ BEGIN
 END
 $$;
 
+-- functions/record_step.sql
+-- record_step
+-- contract: records the JSON result of a finished durable step (ctx.step) of
+-- a running job, fenced by its lease token like complete(): only the run
+-- that holds the current lease can record a step, so a stale worker's result
+-- is refused ('lease_lost') and whatever it did is done again by the run that
+-- owns the job. A step already recorded under that name keeps its first
+-- result ('exists'; the new one is dropped). Otherwise the step is appended
+-- to jobs.steps as {name, result, at, attempt, token, worker} ('recorded'), in the
+-- caller's own short transaction; when the job runs again (a retry, an
+-- expired lease, a hand-back) the handler gets the recorded result instead
+-- of running the step. The steps go to job_history with the job and are
+-- dropped with it (history_retention). Refused with invalid_parameter_value,
+-- writing nothing: a name that is empty or over 200 characters, a NULL
+-- result (JSON null is fine); with program_limit_exceeded: a result larger
+-- than config.max_payload_bytes, or a 1001st step.
+CREATE OR REPLACE FUNCTION pgsched.record_step(
+    job_id bigint,
+    token  bigint,
+    name   text,
+    result jsonb,
+    p_now  timestamptz DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._tenant_scope();
+    v_limit integer;
+    v_steps jsonb;
+BEGIN
+    IF record_step.name IS NULL OR pg_catalog.length(record_step.name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'pgsched: a step name must have 1 to 200 characters, not %', pgsched._shown(record_step.name)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'name';
+    END IF;
+    IF record_step.result IS NULL THEN
+        RAISE EXCEPTION 'pgsched: step % has no result (JSON null is one: ''null''::jsonb)',
+                pgsched._shown(record_step.name)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'result';
+    END IF;
+    SELECT c.max_payload_bytes INTO v_limit FROM pgsched.config c;
+    IF pg_catalog.octet_length(record_step.result::text) > v_limit THEN
+        RAISE EXCEPTION 'pgsched: the result of step % is % bytes: at most % (config.max_payload_bytes)',
+                pgsched._shown(record_step.name), pg_catalog.octet_length(record_step.result::text), v_limit
+            USING ERRCODE = 'program_limit_exceeded', COLUMN = 'result';
+    END IF;
+
+    -- One statement checks the token and writes; the row lock orders it with
+    -- complete(), fail() and the next claim, and the check is made on the row
+    -- version that lock returns.
+    UPDATE pgsched.jobs j
+    SET steps = coalesce(j.steps, '[]') || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+            'name', record_step.name, 'result', record_step.result, 'at', v_now,
+            'attempt', j.attempt, 'token', j.lease_token, 'worker', j.leased_by))
+    WHERE j.id = record_step.job_id AND j.lease_token = record_step.token AND j.state = 'running'
+      AND (v_scope IS NULL OR j.tenant = v_scope)
+      AND NOT coalesce(j.steps, '[]') @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('name', record_step.name))
+      AND pg_catalog.jsonb_array_length(coalesce(j.steps, '[]')) < 1000;
+    IF FOUND THEN
+        RETURN 'recorded';
+    END IF;
+    -- Nothing written: say why (reads only).
+    SELECT j.steps INTO v_steps
+    FROM pgsched.jobs j
+    WHERE j.id = record_step.job_id AND j.lease_token = record_step.token AND j.state = 'running'
+      AND (v_scope IS NULL OR j.tenant = v_scope);
+    IF NOT FOUND THEN
+        RETURN 'lease_lost';
+    ELSIF v_steps @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('name', record_step.name)) THEN
+        RETURN 'exists';
+    END IF;
+    RAISE EXCEPTION 'pgsched: job % has 1000 steps already: at most 1000', record_step.job_id
+        USING ERRCODE = 'program_limit_exceeded', COLUMN = 'steps';
+END
+$$;
+
 -- functions/register_tasks.sql
 -- register_tasks
 -- contract: upserts task policies from a JSON array of objects with keys
 -- name (required), queue, max_attempts, backoff_base, backoff_max,
--- backoff_jitter, timeout (seconds), labels (default labels of the task's jobs). Workers call it at start with the
--- tasks they
--- serve. Returns the number of tasks registered. A session confined to a
--- tenant adds new tasks only: it never changes a policy every tenant shares.
+-- backoff_jitter, timeout (seconds), labels (default labels of the task's
+-- jobs) and tenant. Workers call it at start with the tasks they serve.
+-- Returns the number of policies written (an unchanged one is not).
+--
+-- A policy belongs to a tenant or to all: a session confined to a tenant
+-- (see _tenant_scope) writes that tenant's own policies only, which its
+-- jobs take instead of the shared one; naming another tenant, or none, is
+-- refused. The policy every tenant shares (tenant absent or null) is set
+-- only by an unconfined session, which may also write one tenant's.
 CREATE OR REPLACE FUNCTION pgsched.register_tasks(tasks jsonb)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
@@ -4462,13 +4892,31 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     v_count integer;
+    v_scope text := pgsched._tenant_scope();
+    v_other text;
 BEGIN
     IF pg_catalog.jsonb_typeof(register_tasks.tasks) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'pgsched: register_tasks expects a JSON array' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF v_scope = '' THEN
+        PERFORM pgsched._check_tenant(NULL);  -- a login bound to nothing: refused, with the hint to bind it
+    END IF;
+    IF v_scope IS NOT NULL THEN
+        SELECT coalesce(e->>'tenant', '(none: the policy every tenant shares)') INTO v_other
+        FROM pg_catalog.jsonb_array_elements(register_tasks.tasks) e
+        WHERE e ? 'tenant' AND (e->>'tenant') IS DISTINCT FROM v_scope
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: this session is confined to tenant % and registers task policies for it only, not %',
+                v_scope, v_other
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Leave tenant out: the policy is this tenant''s. A shared policy needs a login not bound to a tenant.';
+        END IF;
+    END IF;
     INSERT INTO pgsched.tasks AS t
-        (name, queue, max_attempts, backoff_base, backoff_max, backoff_jitter, updated_at, timeout, labels)
-    SELECT e->>'name', coalesce(e->>'queue', 'default'), (e->>'max_attempts')::integer,
+        (name, tenant, queue, max_attempts, backoff_base, backoff_max, backoff_jitter, updated_at, timeout, labels)
+    SELECT e->>'name', coalesce(v_scope, e->>'tenant'), coalesce(e->>'queue', 'default'),
+           (e->>'max_attempts')::integer,
            pg_catalog.make_interval(secs => (e->>'backoff_base')::double precision),
            pg_catalog.make_interval(secs => (e->>'backoff_max')::double precision),
            (e->>'backoff_jitter')::real, pg_catalog.now(),
@@ -4476,14 +4924,11 @@ BEGIN
            CASE WHEN pg_catalog.jsonb_typeof(e->'labels') = 'array' AND e->'labels' <> '[]'
                 THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(e->'labels')) END
     FROM pg_catalog.jsonb_array_elements(register_tasks.tasks) e
-    ON CONFLICT (name) DO UPDATE
+    ON CONFLICT (name, tenant) DO UPDATE
     SET queue = EXCLUDED.queue, max_attempts = EXCLUDED.max_attempts, backoff_base = EXCLUDED.backoff_base,
         backoff_max = EXCLUDED.backoff_max, backoff_jitter = EXCLUDED.backoff_jitter, updated_at = EXCLUDED.updated_at,
         timeout = EXCLUDED.timeout, labels = EXCLUDED.labels
-    -- A session confined to a tenant adds tasks but never changes the policy
-    -- of a task every tenant shares.
-    WHERE pgsched._tenant_scope() IS NULL
-      AND (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter, t.timeout, t.labels)
+    WHERE (t.queue, t.max_attempts, t.backoff_base, t.backoff_max, t.backoff_jitter, t.timeout, t.labels)
           IS DISTINCT FROM (EXCLUDED.queue, EXCLUDED.max_attempts, EXCLUDED.backoff_base,
                             EXCLUDED.backoff_max, EXCLUDED.backoff_jitter, EXCLUDED.timeout, EXCLUDED.labels);
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -4495,7 +4940,12 @@ $$;
 -- register_worker
 -- contract: records a worker as live (or refreshes it) for operators;
 -- heartbeat(worker => name) keeps last_seen current and unregister_worker()
--- removes it on a clean exit.
+-- removes it on a clean exit. tasks: the task names it runs (NULL: not
+-- reported); pass_over() and the unserved-tasks check read them. Jobs of
+-- those tasks passed over while no worker knew them (unserved_since) are due
+-- at once, for it. resource_limits says how a worker that runs command jobs
+-- limits them ('cgroup v1 (...)', 'cgroup v2 (...)', 'rlimit (...)'; NULL: it
+-- runs none), for pgsched doctor.
 CREATE OR REPLACE FUNCTION pgsched.register_worker(
     name        text,
     host        text    DEFAULT NULL,
@@ -4503,20 +4953,30 @@ CREATE OR REPLACE FUNCTION pgsched.register_worker(
     queues      text[]  DEFAULT '{}',
     labels      text[]  DEFAULT '{}',
     concurrency integer DEFAULT NULL,
-    version     text    DEFAULT NULL
+    version     text    DEFAULT NULL,
+    tasks       text[]  DEFAULT NULL,
+    resource_limits text DEFAULT NULL
 )
 RETURNS void
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
-    INSERT INTO pgsched.workers AS w (name, host, pid, queues, labels, concurrency, version, started_at, last_seen)
+    INSERT INTO pgsched.workers AS w
+        (name, host, pid, queues, labels, concurrency, version, started_at, last_seen, tasks, resource_limits)
     VALUES (register_worker.name, register_worker.host, register_worker.pid, coalesce(register_worker.queues, '{}'),
             coalesce(register_worker.labels, '{}'), register_worker.concurrency, register_worker.version,
-            pg_catalog.now(), pg_catalog.now())
+            pg_catalog.now(), pg_catalog.now(), register_worker.tasks, register_worker.resource_limits)
     ON CONFLICT (name) DO UPDATE
     SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues, labels = EXCLUDED.labels,
-        concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
-        started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen, running = 0
+        concurrency = EXCLUDED.concurrency, version = EXCLUDED.version, tasks = EXCLUDED.tasks,
+        started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen, running = 0,
+        resource_limits = EXCLUDED.resource_limits;
+    UPDATE pgsched.jobs j
+    SET run_at = pg_catalog.now()
+    WHERE j.unserved_since IS NOT NULL AND j.state = 'scheduled' AND j.run_at > pg_catalog.now()
+      AND j.task = ANY (register_worker.tasks)
+      AND (j.queue = ANY (register_worker.queues) OR '*' = ANY (register_worker.queues))
+      AND (pgsched._tenant_scope() IS NULL OR j.tenant = pgsched._tenant_scope())
 $$;
 
 -- functions/release.sql
@@ -4535,7 +4995,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    -- the clock now, not at transaction start: a lease that ran out is not handed back (_put_back)
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
 BEGIN
     RETURN QUERY
     SELECT u.id, pgsched._put_back(u.id, u.token, NULL, 'released', v_now)
@@ -4587,6 +5048,81 @@ BEGIN
     END IF;
     v_count := pgsched._withdraw(remove_schedule.name, '-infinity', v_now, 'schedule removed');
     RETURN v_count;
+END
+$$;
+
+-- functions/report_progress.sql
+-- report_progress
+-- contract: records how far the handlers of these running jobs are
+-- (ctx.progress: a fraction from 0 to 1 and an optional note), in one
+-- statement for all of a worker's reports, fenced by each job's lease token
+-- like heartbeat(): only a job still running under that token is written, so
+-- a stale worker cannot move a job another worker now runs. Returns one row
+-- per input job: whether the report was kept. The job's row keeps the last
+-- report (progress, progress_note, progress_at: the database's clock) and
+-- its history row takes it along when the job ends. Workers send at most one
+-- such statement a second (docs/steps.md, "Progress"), whatever the
+-- handlers' rate. A fraction outside 0..1 (or NaN), a note over 1000
+-- characters, or arrays of different lengths are refused with
+-- invalid_parameter_value and nothing is written. Rows another statement has
+-- locked right now (a completion, a heartbeat) are skipped, as in heartbeat():
+-- the next report carries the newer value anyway.
+CREATE OR REPLACE FUNCTION pgsched.report_progress(
+    job_ids   bigint[],
+    tokens    bigint[],
+    fractions real[],
+    notes     text[]      DEFAULT NULL,
+    p_now     timestamptz DEFAULT NULL
+)
+RETURNS TABLE (job_id bigint, kept boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._tenant_scope();
+    v_n integer := coalesce(pg_catalog.cardinality(report_progress.job_ids), 0);
+BEGIN
+    IF coalesce(pg_catalog.cardinality(report_progress.tokens), 0) <> v_n
+       OR coalesce(pg_catalog.cardinality(report_progress.fractions), 0) <> v_n
+       OR (report_progress.notes IS NOT NULL AND pg_catalog.cardinality(report_progress.notes) <> v_n) THEN
+        RAISE EXCEPTION 'pgsched: job_ids, tokens, fractions and notes must have the same length'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(report_progress.fractions) f
+               WHERE f IS NULL OR f OPERATOR(pg_catalog.<) 0 OR f OPERATOR(pg_catalog.>) 1
+                  OR f OPERATOR(pg_catalog.=) 'NaN'::real) THEN
+        RAISE EXCEPTION 'pgsched: a progress fraction must be from 0 to 1'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'progress';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(report_progress.notes) n WHERE pg_catalog.length(n) > 1000) THEN
+        RAISE EXCEPTION 'pgsched: a progress note must be at most 1000 characters'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'progress_note';
+    END IF;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.fraction, u.note
+        FROM unnest(report_progress.job_ids, report_progress.tokens, report_progress.fractions,
+                    coalesce(report_progress.notes, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
+             AS u(id, token, fraction, note)
+    ), locked AS MATERIALIZED (
+        SELECT j.id, j.shard, u.fraction, u.note
+        FROM pgsched.jobs j
+        JOIN input u ON j.id = u.id AND j.lease_token = u.token
+        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
+        FOR UPDATE OF j SKIP LOCKED
+    ), written AS (
+        UPDATE pgsched.jobs j
+        SET progress = l.fraction, progress_note = l.note, progress_at = v_now
+        FROM locked l
+        WHERE j.id = l.id AND j.shard = l.shard
+        RETURNING j.id
+    )
+    SELECT u.id, w.id IS NOT NULL
+    FROM input u
+    LEFT JOIN written w ON w.id = u.id;
 END
 $$;
 
@@ -4694,10 +5230,10 @@ BEGIN
     -- The primary key (id, shard) makes a concurrent second redrive a no-op.
     INSERT INTO pgsched.jobs AS j
         (id, shard, queue, task, args, priority, run_at, idempotency_key, labels, tenant, created_at, service,
-         concurrency_key, timeout)
+         concurrency_key, memory_limit, cpu_limit, timeout)
     VALUES (v_last.id, v_last.shard, v_last.queue, v_last.task, v_last.args, v_last.priority, v_now,
             v_last.idempotency_key, v_last.labels, v_last.tenant, v_last.created_at, v_last.service,
-            v_last.concurrency_key,
+            v_last.concurrency_key, v_last.memory_limit, v_last.cpu_limit,
             CASE WHEN v_last.task = 'pgsched.command' AND pg_catalog.jsonb_typeof(v_last.args -> 'timeout_s') = 'number'
                       AND (v_last.args ->> 'timeout_s')::double precision > 0
                  THEN pg_catalog.make_interval(secs => (v_last.args ->> 'timeout_s')::double precision)
@@ -4985,7 +5521,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
     RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
-                             coalesce(pgsched._clock(snooze.p_now), pg_catalog.now()));
+                             coalesce(pgsched._clock(snooze.p_now), pg_catalog.clock_timestamp()));
 END
 $$;
 
@@ -5018,11 +5554,12 @@ $$;
 -- its started_at (the database's clock, read when the statement runs). Returns
 -- one row per input job: 'started' (run the handler), 'cancel_requested'
 -- (do not start it: cancel it, e.g. fail() records it 'cancelled') or
--- 'lease_lost' (another run may own it: do not start it). A job claimed but
+-- 'lease_lost' (another run may own it, or its lease ran out: do not start
+-- it; claim() already counts a run-out lease's slot free). A job claimed but
 -- not started has started_at NULL, so views tell "waiting for a slot" from
 -- "running", and start lag (started_at - run_at) counts the wait for a slot.
 -- A started job carries its deadline: deadline_at = started_at + its timeout
--- (the job's, else its task's in pgsched.tasks), returned as `timeout` so the
+-- (the job's, else its task's in pgsched.tasks, its tenant's own first), returned as `timeout` so the
 -- worker enforces it too; expire_leases fails a run past it (_fail_overdue).
 --
 -- Cancel-requested rows are rewritten unchanged rather than filtered out:
@@ -5051,11 +5588,14 @@ BEGIN
     ), stamped AS (
         UPDATE pgsched.jobs j
         SET started_at = CASE WHEN j.cancel_requested_at IS NULL THEN v_now ELSE j.started_at END,
+            unserved_since = NULL,  -- a worker that knows its task runs it
             deadline_at = CASE WHEN j.cancel_requested_at IS NULL
-                THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t WHERE t.name = j.task))
+                THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
+                                                  WHERE t.name = j.task AND (t.tenant IS NULL OR t.tenant = j.tenant)
+                                                  ORDER BY t.tenant NULLS LAST LIMIT 1))
                 ELSE j.deadline_at END
         FROM input u
-        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running'
+        WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'running' AND j.lease_expires_at > v_now
           AND (u.shard IS NULL OR j.shard = u.shard)
         RETURNING j.id, j.cancel_requested_at IS NULL AS go, j.deadline_at - j.started_at AS timeout
     )
@@ -5105,6 +5645,10 @@ BEGIN
         -- A copied id would give two active rows one identity (on two shards).
         NEW.id := pg_catalog.nextval('pgsched.jobs_id_seq');
         NEW.created_at := v_now;
+        -- A session confined to a tenant inserts into it unless it names one.
+        IF NEW.tenant IS NULL THEN
+            NEW.tenant := nullif(pgsched._tenant_scope(), '');
+        END IF;
         -- Before the key is looked at, so another tenant's keys reveal nothing
         -- (row-level security checks the row itself after this trigger).
         IF NEW.idempotency_key IS NOT NULL THEN
@@ -5133,7 +5677,9 @@ BEGIN
     PERFORM pgsched._check_payload(NEW.args, v_limit);
 
     IF NEW.max_attempts IS NULL THEN
-        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t WHERE t.name = NEW.task;
+        SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t
+        WHERE t.name = NEW.task AND (t.tenant IS NULL OR t.tenant = NEW.tenant)
+        ORDER BY t.tenant NULLS LAST LIMIT 1;
         NEW.max_attempts := coalesce(NEW.max_attempts, v_default_attempts);
     END IF;
 
@@ -5174,7 +5720,8 @@ $$;
 -- strict priority (dispatch_rank = -priority), or run_at - priority x aging
 -- under aging (dispatch_rank = 0), so a job due at run_at with priority p
 -- passes a job of priority q due (q - p) x aging later: one priority step per
--- aging interval waited, fixed once, read by one index scan. Under tenant
+-- aging interval waited, fixed once, read by one index scan; never earlier
+-- than now - 1,000,000 x aging (the priority cap). Under tenant
 -- fairness dispatch_group is the tenant, so claims can take turns between
 -- tenants (see _claim_limited). A new job without labels gets its task's
 -- default labels, else its queue's (worker pools, docs/dispatch.md).
@@ -5194,7 +5741,9 @@ BEGIN
     SELECT q.aging, q.tenant_fairness, q.labels INTO v_aging, v_fair, v_labels
     FROM pgsched.queues q WHERE q.name = NEW.queue;
     IF TG_OP = 'INSERT' AND NEW.labels = '{}' THEN
-        SELECT t.labels INTO v_task_labels FROM pgsched.tasks t WHERE t.name = NEW.task;
+        SELECT t.labels INTO v_task_labels FROM pgsched.tasks t
+        WHERE t.name = NEW.task AND (t.tenant IS NULL OR t.tenant = NEW.tenant)
+        ORDER BY t.tenant NULLS LAST LIMIT 1;
         NEW.labels := coalesce(v_task_labels, v_labels, '{}');
     END IF;
     NEW.dispatch_group := CASE WHEN v_fair THEN coalesce(NEW.tenant, '') ELSE '' END;
@@ -5203,8 +5752,10 @@ BEGIN
         NEW.dispatch_at := NEW.run_at;
     ELSE
         -- |priority| <= 1e6 and aging <= 1 day: at most 2738 years either way.
+        -- Aged at most to the priority cap: a run_at backdated by years ranks
+        -- with a fresh job of priority 1,000,000, never before it.
         NEW.dispatch_rank := 0;
-        NEW.dispatch_at := NEW.run_at - NEW.priority * v_aging;
+        NEW.dispatch_at := GREATEST(NEW.run_at - NEW.priority * v_aging, pg_catalog.now() - 1000000 * v_aging);
     END IF;
     RETURN NEW;
 END
@@ -5556,14 +6107,16 @@ COMMENT ON VIEW pgsched.dead_letters IS
     'Dead jobs awaiting a decision: SELECT pgsched.retry(id) redrives one.';
 
 -- workers_live: workers seen in the last minute, with what they hold now:
--- jobs whose handler runs, and jobs claimed that wait for a slot.
+-- jobs whose handler runs, and jobs claimed that wait for a slot; the tasks
+-- it runs (NULL: not reported).
 CREATE OR REPLACE VIEW pgsched.workers_live AS
 SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
        EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
        (SELECT pg_catalog.count(*) FROM pgsched.jobs j
         WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NOT NULL) AS running, w.version,
        (SELECT pg_catalog.count(*) FROM pgsched.jobs j
-        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed
+        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed,
+       w.tasks
 FROM pgsched.workers w
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
@@ -5607,7 +6160,8 @@ COMMENT ON VIEW pgsched.queue_history IS
 -- the claim of every attempt that did not complete) and those derived from
 -- the job's own row: the claim of the attempt running now (jobs.claimed_at)
 -- and the claim and completion of a completed job's last attempt
--- (job_history.claimed_at, finished_at). source says which; seq is the
+-- (job_history.claimed_at, finished_at), and each durable step's finish
+-- (kind 'step', detail {name}; jobs.steps or job_history.steps). source says which; seq is the
 -- event's for a recorded one. Rows filed before job_history had claimed_at
 -- kept recorded claimed/completed events and are not derived again.
 -- security_invoker: the reader's row-level security applies, as on the
@@ -5631,6 +6185,14 @@ FROM (
     FROM pgsched.job_history h
     CROSS JOIN LATERAL (VALUES (h.claimed_at, 'claimed', 0), (h.finished_at, 'completed', 2)) AS d(at, kind, step)
     WHERE h.state = 'completed' AND h.claimed_at IS NOT NULL
+    UNION ALL
+    -- durable steps (docs/steps.md), of an active or a finished job: name only, never the result
+    SELECT s.id, (e.step ->> 'at')::timestamptz, 'step', (e.step ->> 'attempt')::integer, e.step ->> 'worker',
+           (e.step ->> 'token')::bigint, pg_catalog.jsonb_build_object('name', e.step -> 'name'), 'derived', NULL, 1
+    FROM (SELECT j.id, j.steps FROM pgsched.jobs j WHERE j.steps IS NOT NULL
+          UNION ALL
+          SELECT h.id, h.steps FROM pgsched.job_history h WHERE h.steps IS NOT NULL) s
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(s.steps) AS e(step)
 ) t
 ORDER BY t.job_id, t.at, t.attempt, t.step, t.seq;
 COMMENT ON VIEW pgsched.job_timeline IS
@@ -5685,6 +6247,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue
 
 GRANT EXECUTE ON FUNCTION
     pgsched.claim, pgsched.heartbeat, pgsched.complete, pgsched.fail, pgsched.snooze, pgsched.release,
+    pgsched.pass_over,
     pgsched.expire_leases, pgsched.promote_due, pgsched.next_due, pgsched.maintain,
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
@@ -5694,6 +6257,7 @@ GRANT EXECUTE ON FUNCTION
     pgsched.upsert_schedule
     TO pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested, pgsched.next_start TO pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.report_progress, pgsched.record_step TO pgsched_worker;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
@@ -5762,7 +6326,7 @@ DO $$
 DECLARE
     v_table text;
 BEGIN
-    FOREACH v_table IN ARRAY ARRAY['config', 'tasks', 'queues'] LOOP
+    FOREACH v_table IN ARRAY ARRAY['config', 'queues'] LOOP
         EXECUTE pg_catalog.format('ALTER TABLE pgsched.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE pg_catalog.format(
             'CREATE POLICY %I ON pgsched.%I USING (true) WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL)',
@@ -5773,6 +6337,16 @@ BEGIN
     END LOOP;
 END
 $$;
+-- Task policies: the shared ones (tenant NULL) and a confined session's own
+-- tenant's are readable to it; only unconfined sessions write the table
+-- directly (register_tasks writes a confined session's own policies).
+ALTER TABLE pgsched.tasks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tasks_tenant ON pgsched.tasks
+    USING ((SELECT pgsched._tenant_scope()) IS NULL OR tenant IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
+    WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL);
+CREATE POLICY tasks_tenant_delete ON pgsched.tasks AS RESTRICTIVE FOR DELETE
+    USING ((SELECT pgsched._tenant_scope()) IS NULL);
 -- The rollup sums every tenant's work: only unconfined roles read it.
 ALTER TABLE pgsched.queue_minutes ENABLE ROW LEVEL SECURITY;
 CREATE POLICY queue_minutes_unscoped ON pgsched.queue_minutes
