@@ -199,7 +199,8 @@ def test_concurrency_skip_cancels_the_new_occurrence(db: Conn) -> None:
 
     # Once the previous run finished, the next occurrence runs.
     db.execute(
-        "SELECT * FROM pgsched.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])", [first["id"], first["lease_token"]]
+        "SELECT * FROM pgsched.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], p_now => %s)",
+        [first["id"], first["lease_token"], second],
     )
     assert promote(db, T0 + timedelta(minutes=10)) == 1
     assert available(db, "tick") == [T0 + timedelta(minutes=10)]
@@ -233,7 +234,8 @@ def test_concurrency_queue_keeps_one_waiting_and_skips_the_rest(db: Conn) -> Non
 
     # The previous run ends: the queued occurrence starts at the next look.
     db.execute(
-        "SELECT * FROM pgsched.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])", [first["id"], first["lease_token"]]
+        "SELECT * FROM pgsched.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], p_now => %s)",
+        [first["id"], first["lease_token"], third],
     )
     assert promote(db, now) == 1
     assert state_of(db, waiting[0]["id"]) == "available"
@@ -251,13 +253,14 @@ def test_concurrency_replace_cancels_the_previous_run(db: Conn) -> None:
     assert occ["reason"] == "concurrency policy replace: previous run cancelled"
     # The running one was asked to stop; its worker sees it at the next heartbeat ...
     [beat] = db.execute(
-        "SELECT * FROM pgsched.heartbeat(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], '1 hour')",
-        [first["id"], first["lease_token"]],
+        "SELECT * FROM pgsched.heartbeat(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], '1 hour', p_now => %s)",
+        [first["id"], first["lease_token"], second],
     ).fetchall()
     assert (beat["held"], beat["cancel_requested"]) == (True, True)
     # ... and its run ends as cancelled, filed in the history.
     db.execute(
-        "SELECT pgsched.fail(%s, %s, 'cancelled: replaced by the next occurrence')", [first["id"], first["lease_token"]]
+        "SELECT pgsched.fail(%s, %s, 'cancelled: replaced by the next occurrence', p_now => %s)",
+        [first["id"], first["lease_token"], second],
     )
     [filed] = history(db, "tick")
     assert (filed["id"], filed["state"]) == (first["id"], "cancelled")
