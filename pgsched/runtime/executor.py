@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pgsched.core.job import JobContext, _current
 from pgsched.core.outcome import Kind, Outcome, from_exception, success, timed_out
 from pgsched.core.task import Task
-from pgsched.errors import LeaseLost, PgschedError
+from pgsched.errors import LeaseLost, PgschedError, RunFailed, Snooze
 from pgsched.observe import otel
 from pgsched.runtime.commands import COMMAND_TASK, overrun_error
 from pgsched.runtime.deadlines import Deadlines
@@ -206,6 +206,8 @@ class Executor:
         self._loop_jobs: dict[int, JobContext] = {}  # jobs handed to the event loop, until they finish
         self._gone: dict[int, JobContext] = {}  # id(ctx) -> ctx of jobs settled when their loop was abandoned
         self.loops_abandoned = 0  # event loops given up because a handler blocked them
+        # id(ctx) -> sync handlers awaiting a coroutine on the loop (a sync wrapper of an async def)
+        self._bridged: dict[int, tuple[JobContext, asyncio.AbstractEventLoop, concurrent.futures.Future[Any]]] = {}
         self._lock = threading.Lock()
         self._waiting: deque[JobContext] = deque()
         self._running = 0
@@ -264,9 +266,10 @@ class Executor:
             return self._loop
 
     def _stuck_jobs(self) -> list[JobContext]:
-        """The jobs a blocked loop holds up: those handed to it, and those waiting for a slot."""
+        """The jobs a blocked loop holds up: those handed to it, sync handlers awaiting it, those waiting for a
+        slot."""
         with self._lock:
-            return [*self._loop_jobs.values(), *self._waiting]
+            return [*self._loop_jobs.values(), *(ctx for ctx, _, _ in self._bridged.values()), *self._waiting]
 
     def _run_loop(self) -> None:
         loop = self._loop
@@ -310,6 +313,7 @@ class Executor:
                 self._loop_jobs.clear()
                 for ctx in on_loop:
                     self._gone[id(ctx)] = ctx
+                bridged = [(ctx, future) for ctx, owner, future in self._bridged.values() if owner is loop]
                 self._running -= len(on_loop)
                 self.abandoned += 1
                 self.loops_abandoned += 1
@@ -326,7 +330,7 @@ class Executor:
             "a fresh loop runs the next ones (%d abandoned, recycling the worker at %d)",
             "an unknown caller" if blocker is None else f"job {blocker.id} ({blocker.task})",
             seconds,
-            len(on_loop) - (blocker is not None and blocker in on_loop),
+            len(on_loop) + len(bridged) - (blocker is not None),
             abandoned,
             self.max_abandoned,
             extra={"job_id": None if blocker is None else blocker.id},
@@ -340,6 +344,8 @@ class Executor:
                 self._done(ctx, outcome)
             except Exception:  # pragma: no cover - a bug in the worker; the other jobs still get theirs
                 log.exception("recording the outcome of job %s failed", ctx.id)
+        for ctx, verdict in bridged:  # their threads wait for the loop: end the wait (they finish the job)
+            verdict.set_exception(RunFailed(error) if blocker is None or ctx is blocker else Snooze(0))
         with self._lock:
             starting = self._take_slots()
         self._admit(starting)
@@ -546,8 +552,26 @@ class Executor:
         return self._on_loop(ctx, _await(awaitable))
 
     def _on_loop(self, ctx: JobContext, coro: Coroutine[Any, Any, T]) -> T:
-        """Run coro on the event loop as ctx's job (cancel_async reaches it), holding this slot until it ends."""
-        return asyncio.run_coroutine_threadsafe(self._tracked(ctx, coro), self._ensure_loop()).result()
+        """Run coro on the event loop as ctx's job (cancel_async reaches it), holding this slot until it ends.
+
+        Should the loop be abandoned meanwhile, the wait ends with what _abandon_loop decided (a failure for
+        the job that blocks it, a hand-back for the others)."""
+        loop = self._ensure_loop()
+        verdict: concurrent.futures.Future[Any] = concurrent.futures.Future()  # set if the loop is abandoned
+        with self._lock:
+            self._bridged[id(ctx)] = (ctx, loop, verdict)
+        try:
+            if loop is not self._loop:  # abandoned before it was registered: hand it back, it never ran here
+                coro.close()
+                raise Snooze(0)
+            future = asyncio.run_coroutine_threadsafe(self._tracked(ctx, coro), loop)
+            concurrent.futures.wait([future, verdict], return_when=concurrent.futures.FIRST_COMPLETED)
+            if future.done():
+                return future.result()
+            raise verdict.exception() or RuntimeError("the event loop was abandoned")
+        finally:
+            with self._lock:
+                self._bridged.pop(id(ctx), None)
 
     async def _tracked(self, ctx: JobContext, coro: Coroutine[Any, Any, T]) -> T:
         # Registered before the first await, on the loop: cancel_async() either

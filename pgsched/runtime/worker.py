@@ -140,6 +140,7 @@ class Worker:
         self._shard_cursor = random.randrange(1024)
         self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
         self._next_unserved_check = 0.0
+        self._passed_over_said: dict[str, float] = {}  # task -> when to warn again about passing its jobs over
         self.counts = {
             "claimed": 0,
             "completed": 0,
@@ -455,7 +456,12 @@ class Worker:
                 )
             else:
                 self.counts["passed_over"] += 1
-                log.warning(
+                now = time.monotonic()
+                loud = now >= self._passed_over_said.get(job.task, 0.0)
+                if loud:  # once per task per UNSERVED_CHECK_INTERVAL: it may come back every second
+                    self._passed_over_said[job.task] = now + UNSERVED_CHECK_INTERVAL
+                log.log(
+                    logging.WARNING if loud else logging.DEBUG,
                     "job %s: task %r is not registered in this worker; handed back (%s) for a worker that knows it",
                     job.id,
                     job.task,

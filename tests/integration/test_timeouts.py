@@ -260,6 +260,34 @@ def test_a_worker_whose_event_loop_is_blocked_gets_its_async_capacity_back(
     wait_for(lambda: running.worker._executor.abandoned == 0, 30, what="the abandoned loops' threads to end")
 
 
+def test_a_sync_wrapper_whose_coroutine_blocks_the_loop_fails_and_frees_its_thread(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
+) -> None:
+    release = threading.Event()
+
+    async def blocking() -> None:
+        release.wait(120)  # blocks the loop it runs on
+
+    @app.task(name="wrapped", max_attempts=1)
+    def wrapped() -> Any:
+        return blocking()  # a sync handler returning a coroutine: awaited on the worker's loop
+
+    @app.task(name="after")
+    async def after() -> str:
+        return "ran"
+
+    job_id = wrapped.enqueue()
+    try:
+        running = start_worker(concurrency=1, loop_block_timeout=1, max_abandoned=5)
+        dead = wait_state(conn, job_id, "dead", timeout=30)
+        assert dead["error"].startswith("blocked the event loop for "), dead["error"]
+        assert wait_state(conn, after.enqueue(), "completed", timeout=30)["result"] == "ran"  # its only slot is back
+        assert running.worker._executor.loops_abandoned == 1
+    finally:
+        release.set()
+    wait_for(lambda: running.worker._executor.abandoned == 0, 30, what="the abandoned loop's thread to end")
+
+
 def test_a_worker_recycles_after_max_abandoned_blocked_loops(
     app: App, conn: psycopg.Connection[Any], start_worker: StartWorker
 ) -> None:

@@ -36,14 +36,20 @@ def test_a_tenant_bound_workers_task_policy_applies_to_its_own_tenant_only(deplo
     mine = enqueue(acme, "shared.task", tenant="acme")
     untenanted = enqueue(owner, "shared.task")
     batch = enqueue_many(globex, ["shared.task"], tenants=["globex"])[0]
-    for job_id in (theirs, untenanted, batch):
+    keyed = enqueue_many(globex, ["shared.task"], tenants=["globex"], idempotency_keys=["k"])[0]
+    for job_id in (theirs, untenanted, batch, keyed):
         row = policy_of(owner, job_id)
         assert (row["max_attempts"], row["labels"]) == (5, []), row
     assert (policy_of(owner, mine)["max_attempts"], policy_of(owner, mine)["labels"]) == (1, ["nobody-offers"])
+    for job_id in (
+        enqueue_many(acme, ["shared.task"])[0],
+        enqueue_many(acme, ["shared.task"], idempotency_keys=["k"])[0],
+    ):
+        assert (policy_of(owner, job_id)["max_attempts"], policy_of(owner, job_id)["labels"]) == (1, ["nobody-offers"])
 
     # globex's job runs without a deadline it never asked for, and retries with the install's backoff
     lease = claim_one(globex, queues=["default"])
-    assert lease["id"] in (theirs, batch)
+    assert lease["id"] in (theirs, batch, keyed)
     started = owner.execute(
         "SELECT * FROM pgsched.start(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])", [lease["id"], lease["lease_token"]]
     ).fetchone()

@@ -107,3 +107,22 @@ def test_the_setting_is_validated(conn: Conn) -> None:
     for bad in ("0", "-1 minute", "1000 years"):
         with refused("23514", "config_unserved_task_timeout_range"):
             conn.execute("UPDATE pgsched.config SET unserved_task_timeout = %s::interval", [bad])
+
+
+def test_a_worker_that_registers_the_task_makes_its_unserved_jobs_due_at_once(conn: Conn, now: datetime) -> None:
+    job_id = enqueue(conn, "other.app.task", queue="shared")
+    lease = claim_one(conn, worker="mine", queues=["shared"], now=now)
+    assert pass_over(conn, [pair(lease)], now=now)[0]["outcome"] == "scheduled"
+    waiting = job(conn, job_id)
+    assert waiting is not None
+    assert waiting["run_at"] == now + timedelta(seconds=30)  # asked again in 30 s while nobody knows the task
+    live_worker(conn, "elsewhere", ["other.app.task"], now, queues=("reports",))  # not of its queue
+    assert job(conn, job_id)["run_at"] == waiting["run_at"]  # type: ignore[index]
+    conn.execute(
+        "SELECT pgsched.register_worker('theirs', queues => ARRAY['shared'], tasks => ARRAY['other.app.task'])"
+    )
+    due = job(conn, job_id)
+    assert due is not None
+    assert due["run_at"] < waiting["run_at"]
+    assert promote_due(conn) == 1
+    assert job(conn, job_id)["state"] == "available"  # type: ignore[index]
