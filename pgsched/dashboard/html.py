@@ -250,7 +250,7 @@ tbody tr:hover { background:#f6f8fa; }
 th { font-weight:600; font-size:12px; color:var(--muted); background:#f6f8fa; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 th.num { white-space:normal; }
-td.wrap, td.code.wrap { white-space:normal; overflow-wrap:anywhere; min-width:12em; max-width:520px; }
+td.wrap, td.code.wrap { white-space:normal; overflow-wrap:anywhere; min-width:9em; max-width:520px; }
 .clip { display:inline-block; max-width:clamp(8em, 10vw, 24em); overflow:hidden; text-overflow:ellipsis;
   white-space:nowrap; vertical-align:top; }
 td.code .clip { max-width:clamp(12ch, 12vw, 60ch); }
