@@ -63,7 +63,7 @@ def test_every_page_stays_readable_with_long_values(
     chromium: str,  # noqa: F811
     width: int,
 ) -> None:
-    """About 10 s a width: one Chromium, six pages."""
+    """About 4 s a width: one Chromium, six pages."""
     dead = seed_long_values(db)
     served = serve()
     pages = {

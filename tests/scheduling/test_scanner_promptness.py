@@ -31,7 +31,7 @@ def test_delayed_jobs_are_promoted_on_time_while_a_dense_schedule_expands(
     conn: Conn,
     start_scanner: Callable[..., RunningScanner],  # noqa: F811
 ) -> None:
-    """About 10 s: five delayed jobs, each promoted while passes of a seconds schedule run back to back."""
+    """About 4 s: five delayed jobs, each promoted while passes of a seconds schedule run back to back."""
     add_schedule(conn, "dense", "* * * * * *", horizon=timedelta(days=7))
     start_scanner("prompt", lease=10.0, expansion_interval=0.05, listen=True)
     wait_for(lambda: schedule(conn, "dense")["expanded_until"] is not None, 30, what="the first expansion")
