@@ -10,6 +10,9 @@ are POST forms (cancel, retry, pause, resume; bulk cancel and retry of a
 search after a confirmation page, each confirmation good once within 15
 minutes), refused with 403 when read-only. Run it
 with ``pgsched dashboard``, or mount ``create_app(dsn)`` in any ASGI server.
+Pages stay readable from 1,280 to 2,560 px wide whatever the values: long
+text in a table (args, task, queue and worker names) is cut to one line with
+the whole value as its tooltip, errors wrap.
 """
 
 from __future__ import annotations

@@ -169,13 +169,26 @@ class Column:
     kind: str = ""
 
 
+# Text cells longer than this are cut to one line (CSS: .clip) with the whole value in a tooltip, so a long
+# task name, worker name or args never squeezes the other columns; 'wrap' columns wrap instead.
+CLIP_AT: Final = 32
+
+
+def _cell(column: Column, value: object) -> Safe:
+    if isinstance(value, str) and not isinstance(value, Safe) and len(value) > CLIP_AT and "wrap" not in column.kind:
+        return fmt('<span class="clip" title="{v}">{v}</span>', v=value)
+    return esc(value)
+
+
 def table(columns: Sequence[Column], rows: Iterable[Sequence[object]], *, empty: str = "nothing here") -> Safe:
-    """A table of escaped cells (Safe cells are inserted as they are)."""
+    """A table of escaped cells (Safe cells are inserted as they are; long text is cut, with a tooltip)."""
     head = join(fmt('<th class="{kind}">{h}</th>', kind=c.kind, h=c.heading) for c in columns)
     body = join(
         fmt(
             "<tr>{cells}</tr>",
-            cells=join(fmt('<td class="{k}">{v}</td>', k=c.kind, v=v) for c, v in zip(columns, r, strict=True)),
+            cells=join(
+                fmt('<td class="{k}">{v}</td>', k=c.kind, v=_cell(c, v)) for c, v in zip(columns, r, strict=True)
+            ),
         )
         for r in rows
     )
@@ -223,20 +236,25 @@ header .brand { font-weight:700; font-size:16px; color:#fff; text-decoration:non
 header nav a { color:#d0d7de; text-decoration:none; margin-right:16px; }
 header nav a.on, header nav a:hover { color:#fff; }
 header .mode { margin-left:auto; font-size:12px; color:#d0d7de; }
-main { max-width:1400px; margin:0 auto; padding:20px 24px 48px; }
+main { max-width:max(1400px, 90vw); margin:0 auto; padding:20px 24px 48px; }
 h1 { font-size:20px; margin:4px 0 16px; }
 h2 { font-size:15px; margin:28px 0 8px; }
 a { color:var(--accent); text-decoration:none; } a:hover { text-decoration:underline; }
 .card { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:12px 16px; }
 .scroll { overflow-x:auto; background:var(--card); border:1px solid var(--line); border-radius:6px; }
 table { border-collapse:collapse; width:100%; }
-th, td { padding:6px 10px; border-bottom:1px solid var(--line); text-align:left; vertical-align:top;
+th, td { padding:6px 7px; border-bottom:1px solid var(--line); text-align:left; vertical-align:top;
   white-space:nowrap; }
 tbody tr:last-child td { border-bottom:none; }
 tbody tr:hover { background:#f6f8fa; }
 th { font-weight:600; font-size:12px; color:var(--muted); background:#f6f8fa; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
-td.wrap, td.code.wrap { white-space:normal; word-break:break-word; max-width:520px; }
+th.num { white-space:normal; }
+td.wrap, td.code.wrap { white-space:normal; overflow-wrap:anywhere; min-width:9em; max-width:520px; }
+.clip { display:inline-block; max-width:clamp(8em, 10vw, 24em); overflow:hidden; text-overflow:ellipsis;
+  white-space:nowrap; vertical-align:top; }
+td.code .clip { max-width:clamp(12ch, 12vw, 60ch); }
+h1, dl.props dd { overflow-wrap:anywhere; }
 td.code, pre.code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12px; }
 .badge { display:inline-block; padding:0 8px; border-radius:10px; font-size:12px; line-height:18px;
   background:#eaeef2; color:#24292f; }
@@ -268,7 +286,7 @@ dl.props { display:grid; grid-template-columns:max-content 1fr; gap:4px 16px; ma
 dl.props dt { color:var(--muted); } dl.props dd { margin:0; word-break:break-word; }
 pre { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:12px 16px; overflow:auto;
   font:12px/1.5 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; margin:0; max-height:480px; }
-pre.error { background:#fff8f8; border-color:#ffcecb; }
+pre.error { background:#fff8f8; border-color:#ffcecb; white-space:pre-wrap; overflow-wrap:anywhere; }
 form.inline { display:inline; margin:0; }
 button { font:inherit; font-size:12px; padding:2px 10px; border:1px solid var(--line); border-radius:6px;
   background:#f6f8fa; color:var(--fg); cursor:pointer; }

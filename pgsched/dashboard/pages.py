@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from pgsched.dashboard.charts import WINDOWS, queue_charts
 from pgsched.dashboard.html import (
+    CLIP_AT,
     Column,
     Safe,
     ago,
@@ -123,6 +124,8 @@ def _job_link(job_id: int) -> Safe:
 
 
 def _queue_link(queue: str) -> Safe:
+    if len(queue) > CLIP_AT:  # cut in tables, like other long text, with the whole name as its tooltip
+        return fmt('<a class="clip" href="{href}" title="{q}">{q}</a>', href=url("queues", queue), q=queue)
     return fmt('<a href="{href}">{q}</a>', href=url("queues", queue), q=queue)
 
 

@@ -7,12 +7,17 @@ the recurring schedules of its shards into ordinary jobs over a rolling
 horizon, and runs the partition and pruning housekeeping. Any number of
 scanners may run; they split the shards between them, and one that lost its
 lease has every write rejected by the epoch (SQLSTATE PS409).
+
+A running scanner expands on a thread (and connection) of its own, so the
+scans that promote due jobs never wait for an expansion pass, however dense
+the schedule; ``tick()`` called alone (tests) expands in line.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import signal
 import socket
@@ -26,7 +31,7 @@ import psycopg
 
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
-from pgsched.runtime.expansion import MAX_FIRES_PER_EXPANSION, Expander, plan_occurrences
+from pgsched.runtime.expansion import MAX_FIRES_PER_EXPANSION, Expander, Pass, plan_occurrences
 from pgsched.runtime.listener import Listener
 from pgsched.runtime.vacuumer import Vacuumer
 
@@ -100,6 +105,9 @@ class Scanner:
         self._next_rollup = 0.0
         self._listener: Listener | None = None
         self._vacuumer: Vacuumer | None = None
+        # Shards change on the tick's thread; the expansion thread reads their epochs under this lock.
+        self._lock = threading.Lock()
+        self._background: _Expansions | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -125,6 +133,8 @@ class Scanner:
         if self.options.vacuum_interval > 0:
             self._vacuumer = Vacuumer(self.dsn, interval=self.options.vacuum_interval, purpose=f"scanner {self.name}")
             self._vacuumer.start()
+        self._background = _Expansions(self)
+        self._background.start()
         log.info("scanner %s started (lease %.0fs)", self.name, self.options.lease)
         try:
             while not self._stop.is_set():
@@ -157,13 +167,17 @@ class Scanner:
         if now >= self._next_renew:
             self._renew()
             now = time.monotonic()
+        if self._background is not None:
+            self._take_passes()
         if self._notified.is_set():
             self._notified.clear()
             self._refresh_due()
         expanded = self._next_expand == 0.0
         if expanded:
-            # Shards just gained: decide the occurrences missed while nobody held them before
-            # promoting the ones expanded earlier, so the misfire policy sees all of them at once.
+            # Shards just gained: decide the occurrences missed while nobody held them. In line,
+            # before promoting; on the expansion thread, beside it: promote_due leaves a missed
+            # occurrence waiting until its schedule is expanded up to now, so the misfire policy
+            # sees all of them at once either way.
             self._expand(now)
         for shard_no, shard in list(self._shards.items()):
             if shard.due <= now or shard.next_scan <= now:
@@ -186,7 +200,20 @@ class Scanner:
 
     def _expand(self, now: float) -> None:
         self._next_expand = now + self.options.expansion_interval
-        self.expand_schedules()
+        if self._background is not None:
+            self._background.request()
+        else:
+            self.expand_schedules()
+
+    def _take_passes(self) -> None:
+        """Apply what the expansion thread's finished passes found (shards lost, work left over)."""
+        assert self._background is not None
+        while True:
+            try:
+                result = self._background.done.get_nowait()
+            except queue.Empty:
+                return
+            self._apply(result)
 
     def _renew(self) -> None:
         lease = timedelta(seconds=self.options.lease)
@@ -199,12 +226,13 @@ class Scanner:
         held = {int(shard): int(epoch) for shard, epoch in rows}
         gained = set(held) - set(self._shards)
         lost = set(self._shards) - set(held)
-        for shard_no in lost:
-            del self._shards[shard_no]
-        for shard_no, epoch in held.items():
-            current = self._shards.get(shard_no)
-            if current is None or current.epoch != epoch:
-                self._shards[shard_no] = _Shard(epoch=epoch)
+        with self._lock:
+            for shard_no in lost:
+                del self._shards[shard_no]
+            for shard_no, epoch in held.items():
+                current = self._shards.get(shard_no)
+                if current is None or current.epoch != epoch:
+                    self._shards[shard_no] = _Shard(epoch=epoch)
         if gained or lost:
             log.info(
                 "scanner %s owns shards %s (gained %s, gave up %s)",
@@ -219,10 +247,15 @@ class Scanner:
         self._next_renew = time.monotonic() + self.options.lease / 3
 
     def _keep_alive(self) -> dict[int, int]:
-        """Between an expansion pass's writes: renew the leases when due; the epochs held now."""
+        """Between an expansion pass's writes in line: renew the leases when due; the epochs held now."""
         if time.monotonic() >= self._next_renew:
             self._renew()
-        return {shard_no: shard.epoch for shard_no, shard in self._shards.items()}
+        return self.epochs()
+
+    def epochs(self) -> dict[int, int]:
+        """The shards held now, with their epochs (read from any thread)."""
+        with self._lock:
+            return {shard_no: shard.epoch for shard_no, shard in self._shards.items()}
 
     def _refresh_due(self) -> None:
         if not self._shards:
@@ -264,7 +297,8 @@ class Scanner:
 
     def _lost(self, shard_no: int, exc: psycopg.Error) -> None:
         self.stats.rejected += 1
-        self._shards.pop(shard_no, None)
+        with self._lock:
+            self._shards.pop(shard_no, None)
         self._next_renew = 0.0
         log.warning(
             "scanner %s: write for shard %s rejected, the lease moved on (SQLSTATE %s): %s",
@@ -284,19 +318,24 @@ class Scanner:
         """
         if not self._shards:
             return 0
-        epochs = {shard_no: shard.epoch for shard_no, shard in self._shards.items()}
-        result = self._expander.run(epochs, budget=self.options.lease / 4)
+        result = self._expander.run(self.epochs(), budget=self.options.lease / 4)
+        self._apply(result)
+        return result.created
+
+    def _apply(self, result: Pass) -> None:
         for shard_no, exc in result.lost.items():
             self._lost(shard_no, exc)
         if result.unfinished:
             self._next_expand = time.monotonic()
         self.stats.occurrences += result.created
         self.stats.computed += result.computed
-        return result.created
 
     # -- shutdown --------------------------------------------------------
 
     def _shutdown(self) -> None:
+        if self._background is not None:
+            self._background.close()
+            self._background = None
         if self._listener is not None:
             self._listener.close()
         if self._vacuumer is not None:
@@ -307,8 +346,62 @@ class Scanner:
             log.info("scanner %s released shards %s", self.name, self.owned)
         except psycopg.Error as exc:
             log.warning("scanner %s could not release its shards (%s); they expire with the lease", self.name, exc)
-        self._shards.clear()
+        with self._lock:
+            self._shards.clear()
         self._db.close()
+
+
+class _Expansions:
+    """The scanner's expansion thread: one time-boxed pass per request, on a connection of its own.
+
+    Leases stay the scanner's (its tick renews them, unblocked); a pass reads the epochs held at each
+    write and hands its result back through ``done``, for the tick to apply.
+    """
+
+    def __init__(self, scanner: Scanner) -> None:
+        self._scanner = scanner
+        self._stop = threading.Event()
+        self._requested = threading.Event()
+        self.done: queue.SimpleQueue[Pass] = queue.SimpleQueue()
+        options = scanner.options
+        self._db = Reconnecting(
+            scanner.dsn, purpose=f"scanner {scanner.name} schedules", stop=self._stop, prepare=options.prepare
+        )
+        self._expander = Expander(self._db, scanner.name, keep_alive=scanner.epochs)
+        self._thread = threading.Thread(target=self._run, name="pgsched-scanner-expansion", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self) -> None:
+        self._requested.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._requested.set()
+        self._thread.join(timeout=30)
+        self._db.close()
+
+    def _run(self) -> None:
+        budget = self._scanner.options.lease / 4
+        while not self._stop.is_set():
+            self._requested.wait()
+            self._requested.clear()
+            if self._stop.is_set():
+                break
+            epochs = self._scanner.epochs()
+            if not epochs:
+                continue
+            try:
+                result = self._expander.run(epochs, budget=budget)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                log.warning("scanner %s: expansion: database unavailable (%s); next pass", self._scanner.name, exc)
+                continue
+            except psycopg.Error:
+                log.exception("scanner %s: expansion pass failed; next pass", self._scanner.name)
+                continue
+            self.done.put(result)
+            self._scanner._on_notify()  # the tick applies it, and looks again at when jobs are due
 
 
 def _due_monotonic(due: datetime | None, db_now: datetime, mono_now: float) -> float:

@@ -52,3 +52,16 @@ def test_worker_help_lists_the_global_options() -> None:
 
     assert code == 0
     assert "--dsn" in out
+
+
+def test_the_worker_takes_the_dsn_after_its_own_options(dsn: str) -> None:
+    """The line users type, and the one the worker's own warning suggests."""
+    with connect(dsn) as conn:
+        job_id = enqueue(conn, "sample.add", {"a": 1, "b": 2}, queue="sample")
+
+    code, out = invoke("worker", "--app", "tests.e2e.sample_app:app", "--queues", "sample", "--burst", "--dsn", dsn)
+
+    assert code == 0, out
+    with connect(dsn) as conn:
+        row = conn.execute("SELECT state::text AS state FROM pgsched.job_history WHERE id = %s", [job_id]).fetchone()
+    assert row == {"state": "completed"}
