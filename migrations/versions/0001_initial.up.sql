@@ -3687,8 +3687,12 @@ BEGIN
                         THEN 'waiting'
                         WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                    coalesce(u.queue, 'default'), u.task, coalesce(u.args, '{}'), coalesce(u.priority, 0),
-                   coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
-                   CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
+                   coalesce(u.run_at, v_now), 0,
+                   coalesce(u.max_attempts, CASE WHEN tt.name IS NULL THEN ts.max_attempts ELSE tt.max_attempts END,
+                            v_default_attempts), u.tenant,
+                   CASE WHEN l.labels = '{}'
+                        THEN coalesce(CASE WHEN tt.name IS NULL THEN ts.labels ELSE tt.labels END, q.labels, '{}')
+                        ELSE l.labels END,
                    enqueue_many.trace_context, u.timeout, u.ckey,
                    CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
@@ -3702,9 +3706,10 @@ BEGIN
             CROSS JOIN LATERAL (SELECT CASE WHEN u.labels IS NULL THEN '{}'::text[]
                                             ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(u.labels))
                                        END AS labels) l
-            LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
-                               WHERE t1.name = u.task AND (t1.tenant IS NULL OR t1.tenant = u.tenant)
-                               ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
+            -- the tenant's own task policy (tt), as a whole, else the shared one (ts): joins, not a
+            -- lookup per row
+            LEFT JOIN pgsched.tasks tt ON tt.name = u.task AND tt.tenant = u.tenant
+            LEFT JOIN pgsched.tasks ts ON ts.name = u.task AND ts.tenant IS NULL
             LEFT JOIN pgsched.queues q ON q.name = coalesce(u.queue, 'default')
             ORDER BY u.ord
             RETURNING j.id, j.shard, j.queue, j.state
@@ -3765,8 +3770,11 @@ BEGIN
                     THEN 'waiting'
                     WHEN i.run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
                i.queue, i.task, coalesce(i.args, '{}'), coalesce(i.priority, 0), i.run_at, 0,
-               coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
-               CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
+               coalesce(i.max_attempts, CASE WHEN tt.name IS NULL THEN ts.max_attempts ELSE tt.max_attempts END,
+                        v_default_attempts), i.key, i.tenant,
+               CASE WHEN l.labels = '{}'
+                    THEN coalesce(CASE WHEN tt.name IS NULL THEN ts.labels ELSE tt.labels END, q.labels, '{}')
+                    ELSE l.labels END,
                enqueue_many.trace_context, i.timeout, i.ckey,
                CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
@@ -3776,9 +3784,10 @@ BEGIN
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
                                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))
                                    END AS labels) l
-        LEFT JOIN LATERAL (SELECT t1.* FROM pgsched.tasks t1
-                           WHERE t1.name = i.task AND (t1.tenant IS NULL OR t1.tenant = i.tenant)
-                           ORDER BY t1.tenant NULLS LAST LIMIT 1) t ON true
+        -- the tenant's own task policy (tt), as a whole, else the shared one (ts): joins, not a
+        -- lookup per row
+        LEFT JOIN pgsched.tasks tt ON tt.name = i.task AND tt.tenant = i.tenant
+        LEFT JOIN pgsched.tasks ts ON ts.name = i.task AND ts.tenant IS NULL
         LEFT JOIN pgsched.queues q ON q.name = i.queue
         WHERE i.key IS NULL OR i.id IN (SELECT taken.job_id FROM taken)
         ORDER BY i.ord
