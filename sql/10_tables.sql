@@ -141,7 +141,7 @@ COMMENT ON TABLE pgsched.job_events IS
     'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
 
 -- Idempotency keys deduplicate against active jobs and, until expires_at,
--- finished ones. Not partitioned, so the key is unique across all shards.
+-- finished ones (a key of scope 'active' expires when its job ends). Not partitioned, so the key is unique across all shards.
 -- A key belongs to its tenant: each tenant (and no tenant) is its own space.
 CREATE TABLE pgsched.idempotency_keys (
     key        text        NOT NULL,
@@ -150,7 +150,11 @@ CREATE TABLE pgsched.idempotency_keys (
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     expires_at timestamptz,  -- NULL while the job is active
     tenant     text,
-    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant)
+    -- 'retention': held until expires_at, the retention after the job ended;
+    -- 'active': freed when the job ends (enqueue's key_scope).
+    scope      text        NOT NULL DEFAULT 'retention',
+    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant),
+    CONSTRAINT idempotency_keys_scope_valid CHECK (scope IN ('active', 'retention'))
 );
 CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
     WHERE expires_at IS NOT NULL;

@@ -36,6 +36,7 @@
 \ir functions/_random_shard.sql
 \ir functions/_release.sql
 \ir functions/_release_dependents.sql
+\ir functions/_replace.sql
 \ir functions/_tenant_visible.sql
 \ir functions/_withdraw.sql
 \ir functions/acquire_idle_shards.sql

@@ -124,6 +124,7 @@ class App:
         retry_jitter: float | None = None,
         labels: Sequence[str] = (),
         timeout: float | None = None,
+        key_scope: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -140,12 +141,16 @@ class App:
         retry_jitter: float | None = None,
         labels: Sequence[str] = (),
         timeout: float | None = None,
+        key_scope: str | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler. ``name`` (what plain SQL enqueues by) defaults to ``module.function``.
 
         retry_backoff / retry_backoff_max are seconds (exponential from the
         first, capped at the second); retry_jitter is the fraction removed at
         random. Unset values fall back to the queue's, then the install's.
+        key_scope: how long an idempotency key of its jobs is held, 'active'
+        (while the job is) or 'retention' (also the retention after it ended,
+        the default); a job's own key_scope wins.
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
@@ -168,6 +173,7 @@ class App:
                 retry_jitter=retry_jitter,
                 labels=labels,
                 timeout=timeout,
+                key_scope=key_scope,
             )
             self.tasks[task_name] = created
             return created
@@ -390,12 +396,17 @@ class App:
         depends_on: Sequence[int] = (),
         on_dependency_failure: str | None = None,
         concurrency_key: str | None = None,
+        on_conflict: str | None = None,
+        key_scope: str | None = None,
     ) -> JobHandle:
         """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
 
         Options left None take the registered task's values, else the database's defaults.
         ``timeout`` (seconds or a timedelta) limits each run: past it the run fails
         ('timed out after N s') and is retried by the task's policy; None: the task's.
+        ``on_conflict='replace'`` gives a job already holding ``idempotency_key`` these args,
+        run time and priority while it has not started (a debounce; ReplaceRefused once it
+        started); ``key_scope='active'`` holds the key only while the job is active.
         """
         registered = task if isinstance(task, Task) else self.tasks.get(task)
         name = task.name if isinstance(task, Task) else task
@@ -418,6 +429,8 @@ class App:
             depends_on=tuple(depends_on),
             on_dependency_failure=on_dependency_failure,
             concurrency_key=concurrency_key,
+            on_conflict=on_conflict,
+            key_scope=key_scope if key_scope is not None else (registered.key_scope if registered else None),
         )
         return self.enqueue_spec(spec, conn=conn)
 
@@ -673,6 +686,8 @@ def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[An
         spec.on_dependency_failure,
         trace_context,
         spec.concurrency_key,
+        spec.on_conflict or "keep",
+        spec.key_scope,
     )
 
 
@@ -680,6 +695,10 @@ def _service_params(spec: JobSpec) -> tuple[Any, ...]:
     """enqueue_service's parameters: a service has no timeout and no dependencies."""
     if spec.timeout is not None or spec.depends_on:
         raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
+    if spec.on_conflict == "replace" or spec.key_scope is not None:
+        raise ValueError(
+            f"a {spec.task!r} service holds its idempotency key while it runs: it takes no on_conflict or key_scope"
+        )
     return _job_params(spec)
 
 
@@ -688,6 +707,8 @@ def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
     for i, spec in enumerate(specs):
         if spec.service:
             raise ValueError(f"job {i + 1} of the batch is a service: enqueue services one at a time (enqueue_spec)")
+        if spec.on_conflict == "replace":
+            raise ValueError(f"job {i + 1} of the batch has on_conflict='replace': replace one job at a time (enqueue)")
     return specs
 
 
@@ -784,6 +805,7 @@ def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = N
         trace_context,
         timeouts,
         keys,
+        [s.key_scope for s in specs] if any(s.key_scope is not None for s in specs) else None,
     )
 
 

@@ -6,7 +6,7 @@
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
                        %s::text, %s::integer, %s::text[], %s::text, %s::interval, %s::bigint[], %s::text,
-                       %s::jsonb, %s::text);
+                       %s::jsonb, %s::text, %s::text, %s::text);
 
 -- name: enqueue_command
 SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
@@ -33,7 +33,7 @@ SELECT job_id FROM pgsched.enqueue_many(
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)),
     (SELECT pg_catalog.array_agg(d.e ORDER BY d.n)
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS d(e, n)),
-    %s::text[], %s::jsonb, %s::interval[], %s::text[]);
+    %s::text[], %s::jsonb, %s::interval[], %s::text[], %s::text[]);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,

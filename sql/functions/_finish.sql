@@ -64,8 +64,10 @@ BEGIN
     END IF;
     IF p_job.idempotency_key IS NOT NULL THEN
         UPDATE pgsched.idempotency_keys k
-        -- A service's key is free again once it ended: the next enqueue starts it anew.
-        SET expires_at = CASE WHEN p_job.service THEN p_now ELSE p_now + v_config.idempotency_retention END
+        -- A service's key, and a key of scope 'active', is free again once
+        -- the job ended: the next enqueue starts it anew.
+        SET expires_at = CASE WHEN p_job.service OR k.scope = 'active' THEN p_now
+                              ELSE p_now + v_config.idempotency_retention END
         WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
     END IF;
 END

@@ -16,7 +16,10 @@
 -- caller's trace propagation headers) is stored with every job of the batch.
 -- timeouts (each run's time limit; NULL: the task's, else none) and
 -- concurrency_keys (what the queue's per-key limits count) are per job, as
--- in enqueue().
+-- in enqueue(). key_scopes: how long each new job's idempotency key is held
+-- ('retention', NULL, or 'active'), as enqueue()'s key_scope.
+DROP FUNCTION IF EXISTS pgsched.enqueue_many(text[], jsonb[], text[], timestamptz[], integer[], text[], integer[],
+                                            text[], jsonb[], jsonb[], text[], jsonb, interval[], text[]);
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -31,7 +34,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     on_dependency_failure text[]   DEFAULT NULL,
     trace_context    jsonb         DEFAULT NULL,
     timeouts         interval[]    DEFAULT NULL,
-    concurrency_keys text[]        DEFAULT NULL
+    concurrency_keys text[]        DEFAULT NULL,
+    key_scopes       text[]        DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -75,13 +79,21 @@ BEGIN
                   pg_catalog.array_ndims(on_dependency_failure)),
                  ('timeouts', pg_catalog.cardinality(timeouts), pg_catalog.array_ndims(timeouts)),
                  ('concurrency_keys', pg_catalog.cardinality(concurrency_keys),
-                  pg_catalog.array_ndims(concurrency_keys))) AS a(name, len, dims)
+                  pg_catalog.array_ndims(concurrency_keys)),
+                 ('key_scopes', pg_catalog.cardinality(key_scopes), pg_catalog.array_ndims(key_scopes))) AS a(name, len, dims)
     WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'pgsched: enqueue_many: % has % elements%, tasks has %: every array given must have one element per job (or be NULL for all defaults)',
                 v_bad.name, v_bad.len, CASE WHEN v_bad.dims > 1 THEN pg_catalog.format(' in %s dimensions', v_bad.dims) ELSE '' END, v_n
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT u.scope, u.ord INTO v_bad FROM unnest(key_scopes) WITH ORDINALITY AS u(scope, ord)
+    WHERE u.scope NOT IN ('active', 'retention') ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: row % of the batch: key_scope must be ''active'' or ''retention'', not %',
+                v_bad.ord, pgsched._shown(v_bad.scope)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
     END IF;
     PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
     FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
@@ -192,12 +204,12 @@ BEGIN
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey, u.scope,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
         FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on,
-                    timeouts, concurrency_keys)
+                    timeouts, concurrency_keys, key_scopes)
              WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, timeout,
-                                  ckey, ord)
+                                  ckey, scope, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
                CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
@@ -210,13 +222,14 @@ BEGIN
         -- Keys are taken in key order, so concurrent batches sharing keys
         -- wait for each other instead of deadlocking. A key whose retention
         -- ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
-        SELECT i.key, i.tenant, i.id, i.shard, v_now
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at, scope)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now, coalesce(i.scope, 'retention')
         FROM input i
         WHERE i.key IS NOT NULL AND i.first_of_key
         ORDER BY i.key
         ON CONFLICT (key, tenant) DO UPDATE
-            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL,
+                scope = EXCLUDED.scope
             WHERE k.expires_at < v_now
         RETURNING k.job_id
     ), inserted AS (
