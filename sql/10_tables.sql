@@ -40,6 +40,7 @@ CREATE TABLE pgsched.jobs (
     service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    depends_on          bigint[],         -- the jobs it waited for (enqueue's depends_on): dependency_outcomes()
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
@@ -277,15 +278,19 @@ COMMENT ON TABLE pgsched.tenant_roles IS
 -- transaction when its last row went (see _release_dependents). Keyed by
 -- depends_on, so a completion finds its dependents, or that it has none, in
 -- one index probe. on_failure is the dependent's policy for a dependency that
--- ends dead or cancelled: 'cancel' it (and its own dependents), or 'wait'
--- for a redrive (pgsched.retry of the dependency).
+-- ends dead or cancelled: 'cancel' it (and its own dependents), 'wait'
+-- for a redrive (pgsched.retry of the dependency), or 'run': the row goes
+-- as for a completion (a batch callback runs once all finished).
+-- Each row goes in one index probe, and the dependent's release looks for
+-- any row left: finishing the last member of a batch of 10,000 writes as
+-- much as finishing the first.
 CREATE TABLE pgsched.job_dependencies (
     depends_on bigint   NOT NULL,
     job        bigint   NOT NULL,
     job_shard  smallint NOT NULL,
     on_failure text     NOT NULL DEFAULT 'cancel',
     CONSTRAINT job_dependencies_pkey PRIMARY KEY (depends_on, job),
-    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait'))
+    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait', 'run'))
 );
 COMMENT ON TABLE pgsched.job_dependencies IS
     'Unmet dependencies of waiting jobs (job waits for depends_on); written by enqueue and the functions that finish jobs.';

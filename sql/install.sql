@@ -35,6 +35,7 @@
 \ir functions/_put_back.sql
 \ir functions/_random_shard.sql
 \ir functions/_release.sql
+\ir functions/_release_callbacks.sql
 \ir functions/_release_dependents.sql
 \ir functions/_replace.sql
 \ir functions/_tenant_visible.sql
@@ -49,6 +50,7 @@
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/configure_queue.sql
+\ir functions/dependency_outcomes.sql
 \ir functions/enqueue.sql
 \ir functions/enqueue_command.sql
 \ir functions/enqueue_many.sql

@@ -8,7 +8,7 @@ import re
 import select
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -457,15 +457,20 @@ class App:
                 return JobHandle(int(rows[0][0]), self)
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
 
-    def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None, then: JobSpec | None = None
+    ) -> list[JobHandle]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order.
 
         All or nothing: with ``conn`` the jobs are written in its current
         transaction, else in one transaction of their own; a refused job
         (InvalidJob, naming its 1-based position in the batch, its column and
-        its value) leaves none of them behind.
+        its value) leaves none of them behind. ``then``: a batch callback, a
+        job that runs once every job of the batch finished, whatever the
+        outcome (``on_dependency_failure='run'`` unless it says otherwise),
+        and reads their outcomes in ``ctx.dependencies``; its handle comes last.
         """
-        specs = _plain_jobs(jobs)
+        specs = _with_callback(_plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
@@ -476,10 +481,14 @@ class App:
         return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
 
     async def enqueue_many_async(
-        self, jobs: Iterable[JobSpec], *, conn: psycopg.AsyncConnection[Any] | None = None
+        self,
+        jobs: Iterable[JobSpec],
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        then: JobSpec | None = None,
     ) -> list[JobHandle]:
         """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
-        specs = _plain_jobs(jobs)
+        specs = _with_callback(_plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
@@ -710,6 +719,24 @@ def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
         if spec.on_conflict == "replace":
             raise ValueError(f"job {i + 1} of the batch has on_conflict='replace': replace one job at a time (enqueue)")
     return specs
+
+
+def _with_callback(specs: list[JobSpec], then: JobSpec | None) -> list[JobSpec]:
+    """The batch with ``then`` appended, depending on every job of it (a fan-in whatever the outcomes)."""
+    if then is None:
+        return specs
+    if not isinstance(then, JobSpec):
+        raise TypeError(f"then takes a JobSpec (task.job(...)), not {then!r}")
+    if not specs:
+        raise ValueError("then= needs a batch to wait for: the batch is empty")
+    if then.service:
+        raise ValueError("then= cannot be a service: it runs once, after the batch")
+    callback = replace(
+        then,
+        depends_on=(*then.depends_on, *(Ref(i) for i in range(len(specs)))),
+        on_dependency_failure=then.on_dependency_failure or "run",
+    )
+    return [*specs, callback]
 
 
 def _command_params(

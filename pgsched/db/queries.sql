@@ -217,3 +217,7 @@ SELECT w.labels, pg_catalog.array_agg(w.name ORDER BY w.name) AS workers,
 FROM pgsched.workers_live w, unnest(w.queues) q
 GROUP BY w.labels
 ORDER BY w.labels;
+
+-- A job's dependencies with their outcomes (ctx.dependencies).
+-- name: dependency_outcomes
+SELECT id, state, result, error FROM pgsched.dependency_outcomes(%s::bigint);

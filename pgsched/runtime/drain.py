@@ -25,6 +25,7 @@ from pgsched.core.outcome import Kind, Outcome, from_exception, success
 from pgsched.db import queries
 from pgsched.errors import GiveUp, Retry, Snooze, from_psycopg
 from pgsched.observe import otel
+from pgsched.runtime import dependencies
 from pgsched.runtime.completer import _RawJson
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def drain(
             if not jobs:
                 break
             for job in jobs:
-                ctx = JobContext(job=job, worker=worker)
+                ctx = JobContext(job=job, worker=worker, _load_dependencies=dependencies.on(db, job.id))
                 if otel.ENABLED and otel.live():
                     with otel.run_span(ctx) as span:
                         outcome, raised = _run(app.tasks.get(job.task), ctx)

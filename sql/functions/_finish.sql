@@ -9,7 +9,7 @@
 -- pgsched.config.events is on; payload in docs/events.md, the same as
 -- complete()'s); a waiting job's dependency rows dropped, and a dead or
 -- cancelled job's dependents cancelled or left waiting by their policy
--- (_fail_dependents). Callers do the check-and-write; this only files.
+-- (_fail_dependents), or made due ('run', _release_callbacks). Callers do the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
@@ -61,6 +61,10 @@ BEGIN
     IF p_state <> 'completed'
        AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'cancel') THEN
         PERFORM pgsched._fail_dependents(p_job.id, p_state, p_now);
+    END IF;
+    IF p_state <> 'completed'
+       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'run') THEN
+        PERFORM pgsched._release_callbacks(p_job.id, p_now);
     END IF;
     IF p_job.idempotency_key IS NOT NULL THEN
         UPDATE pgsched.idempotency_keys k

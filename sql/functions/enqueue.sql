@@ -7,8 +7,10 @@
 -- A refused value raises with its column named (see _check_job). timeout:
 -- the time limit of each run (NULL: the task's, else none), see start().
 -- With depends_on (job ids), the job waits (state 'waiting') until every
--- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
--- a dependency ending dead or cancelled does to it (see _depend).
+-- dependency completed; on_dependency_failure ('cancel', 'wait' or 'run')
+-- says what a dependency ending dead or cancelled does to it (see _depend):
+-- with 'run' the job runs once every dependency finished, whatever the
+-- outcome (a batch callback; dependency_outcomes() tells them).
 -- trace_context: the caller's trace propagation headers (see docs/otel.md).
 -- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
 -- count (docs/dispatch.md).
@@ -70,7 +72,7 @@ BEGIN
     IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
         PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
     END IF;
-    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait', 'run') THEN
         PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
     END IF;
     IF enqueue.on_conflict IS DISTINCT FROM 'keep' AND enqueue.on_conflict IS DISTINCT FROM 'replace' THEN
@@ -110,13 +112,14 @@ BEGIN
     -- read here, as tg_jobs__dispatch would (which skips a stamped row).
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
-         timeout, trace_context, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
+         timeout, trace_context, concurrency_key, depends_on, dispatch_group, dispatch_rank, dispatch_at)
     SELECT v_id, v_shard,
            CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
            v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0,
            coalesce(v_max, t.max_attempts, v_default_attempts), enqueue.idempotency_key,
            CASE WHEN coalesce(enqueue.labels, '{}') = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE enqueue.labels END,
            enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
+           CASE WHEN v_waits THEN enqueue.depends_on END,
            CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
            CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
            CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
