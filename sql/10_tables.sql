@@ -45,9 +45,9 @@ CREATE TABLE pgsched.jobs (
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
     -- defaults: a row without dispatch_at is one the trigger must stamp.
-    dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
+    dispatch_group      text              NOT NULL,  -- '*' under tenant fairness, else ''
     dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
-    dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
+    dispatch_at         timestamptz       NOT NULL,  -- run_at (fairness: a virtual time), minus priority x aging
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
     -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
@@ -194,7 +194,8 @@ CREATE TABLE pgsched.queues (
     key_rate        integer,   -- at most this many starts per rate_period per concurrency_key
     rate_period     interval,
     aging           interval,  -- a waiting job gains one priority step per aging; NULL: strict priority
-    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims take turns between tenants
+    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims share the queue between tenants
+    tenant_weights  jsonb,     -- under fairness: tenant -> weight (0 < w <= 1000; missing: 1)
     labels          text[],    -- default labels of the queue's jobs (a worker pool)
     CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),

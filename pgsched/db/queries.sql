@@ -184,7 +184,7 @@ SELECT state, task, args::text, attempt, worker, created_at, started_at, finishe
 -- Each configured queue's dispatch policy (pgsched.configure_queue), durations in seconds.
 SELECT q.name AS queue, q.concurrency, q.key_concurrency, q.rate, q.key_rate,
        EXTRACT(EPOCH FROM q.rate_period)::double precision AS rate_period_s,
-       EXTRACT(EPOCH FROM q.aging)::double precision AS aging_s, q.tenant_fairness, q.labels
+       EXTRACT(EPOCH FROM q.aging)::double precision AS aging_s, q.tenant_fairness, q.tenant_weights, q.labels
 FROM pgsched.queues q
 WHERE q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL OR q.rate IS NOT NULL OR q.key_rate IS NOT NULL
    OR q.aging IS NOT NULL OR q.tenant_fairness OR q.labels IS NOT NULL

@@ -120,9 +120,12 @@ BEGIN
            CASE WHEN coalesce(enqueue.labels, '{}') = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE enqueue.labels END,
            enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
            CASE WHEN v_waits THEN enqueue.depends_on END,
-           CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
+           CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
            CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
-           CASE WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
+           CASE WHEN q.tenant_fairness
+                THEN pgsched._fair_stamp(v_queue, enqueue.tenant, q.tenant_weights, v_run_at, q.aging)
+                     - coalesce(coalesce(enqueue.priority, 0) * q.aging, interval '0')
+                WHEN q.aging IS NULL THEN v_run_at ELSE v_run_at - coalesce(enqueue.priority, 0) * q.aging END
     FROM (SELECT) AS one
     LEFT JOIN pgsched.queues q ON q.name = v_queue
     LEFT JOIN pgsched.tasks t ON t.name = enqueue.task;

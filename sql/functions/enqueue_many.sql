@@ -168,9 +168,12 @@ BEGIN
                    coalesce(u.run_at, v_now), 0, coalesce(u.max_attempts, t.max_attempts, v_default_attempts), u.tenant,
                    CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
                    enqueue_many.trace_context, u.timeout, u.ckey,
-                   CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
+                   CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
-                   CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
+                   CASE WHEN q.tenant_fairness
+                        THEN pgsched._fair_stamp(q.name, u.tenant, q.tenant_weights, coalesce(u.run_at, v_now), q.aging)
+                             - coalesce(coalesce(u.priority, 0) * q.aging, interval '0')
+                        WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
                         ELSE coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging END
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
                         concurrency_keys)
@@ -244,9 +247,12 @@ BEGIN
                coalesce(i.max_attempts, t.max_attempts, v_default_attempts), i.key, i.tenant,
                CASE WHEN l.labels = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE l.labels END,
                enqueue_many.trace_context, i.timeout, i.ckey,
-               CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
+               CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
-               CASE WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
+               CASE WHEN q.tenant_fairness
+                    THEN pgsched._fair_stamp(q.name, i.tenant, q.tenant_weights, i.run_at, q.aging)
+                         - coalesce(coalesce(i.priority, 0) * q.aging, interval '0')
+                    WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
         FROM input i
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
                                         ELSE ARRAY(SELECT pg_catalog.jsonb_array_elements_text(i.labels))
