@@ -9,7 +9,6 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from tests.sql.helpers import Conn, claim, enqueue, enqueue_many, fail, pair, refused, scalar
-from tests.sql.test_dispatch_aging import configure
 
 
 def weights(conn: Conn, queue: str = "default", **by_tenant: float) -> dict[str, object]:
