@@ -27,6 +27,7 @@
 \ir functions/_event.sql
 \ir functions/_fail_overdue.sql
 \ir functions/_fair_stamp.sql
+\ir functions/_fair_stamps.sql
 \ir functions/_fail_dependents.sql
 \ir functions/_finish.sql
 \ir functions/_hold_shard.sql

@@ -27,6 +27,9 @@ CREATE OR REPLACE FUNCTION pgsched._fair_stamp(
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan per statement for every call: planning the partitioned probes
+-- anew for each job would cost more than running them.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_head timestamptz;

@@ -56,6 +56,7 @@ DECLARE
     v_bad record;
     v_shard_list smallint[];
     v_final bigint[];
+    v_fair timestamptz[];
     v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
                                WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
 BEGIN
@@ -147,7 +148,14 @@ BEGIN
 
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in naming their attempt, which the trigger
-    -- skips (30_triggers.sql).
+    -- skips (30_triggers.sql). Rows of a queue with tenant fairness get their
+    -- places in its line first, in one statement (_fair_stamps).
+    IF EXISTS (SELECT 1 FROM pgsched.queues q
+               WHERE q.tenant_fairness
+                 AND EXISTS (SELECT 1 FROM unnest(coalesce(queues, ARRAY[NULL::text])) x
+                             WHERE coalesce(x, 'default') = q.name)) THEN
+        v_fair := pgsched._fair_stamps(queues, tenants, run_ats, v_now, v_n);
+    END IF;
     -- Their default labels and claim order are stamped here too, as
     -- tg_jobs__dispatch would (which skips a stamped row).
 
@@ -171,7 +179,7 @@ BEGIN
                    CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
                    CASE WHEN q.tenant_fairness
-                        THEN pgsched._fair_stamp(q.name, u.tenant, q.tenant_weights, coalesce(u.run_at, v_now), q.aging)
+                        THEN v_fair[u.ord]
                              - coalesce(coalesce(u.priority, 0) * q.aging, interval '0')
                         WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
                         ELSE coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging END
@@ -250,7 +258,7 @@ BEGIN
                CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
                CASE WHEN q.tenant_fairness
-                    THEN pgsched._fair_stamp(q.name, i.tenant, q.tenant_weights, i.run_at, q.aging)
+                    THEN v_fair[i.ord]
                          - coalesce(coalesce(i.priority, 0) * q.aging, interval '0')
                     WHEN q.aging IS NULL THEN i.run_at ELSE i.run_at - coalesce(i.priority, 0) * q.aging END
         FROM input i

@@ -40,16 +40,22 @@ def expected(policy: dict[str, Any], priority: int, tenant: str | None, run_at: 
     return ("", -priority, run_at)
 
 
-def expected_fair(policy: dict[str, Any], now: datetime) -> list[Stamp]:
+def expected_fair(policy: dict[str, Any], now: datetime, batch: bool = False) -> list[Stamp]:
     """The stamps of JOBS written one after the other into an empty fair queue (see _fair_stamp): a job's
     virtual time is the head's (the first in claim order), or 1 ms after its tenant's latest due one, or its
-    run_at in an empty queue; the claim order is that minus priority x aging."""
+    run_at in an empty queue; the claim order is that minus priority x aging. In one batch (enqueue_many,
+    _fair_stamps) the queue is read as it was before the batch: each tenant's rows follow its first."""
     aging = policy.get("aging")
     due: list[tuple[int, datetime, str, datetime]] = []  # (rank, dispatch_at, tenant, virtual time)
     out: list[Stamp] = []
+    seen: dict[str, int] = {}
     for priority, tenant, seconds in JOBS:
         run_at = now + timedelta(seconds=seconds)
-        if due:
+        if batch:
+            ahead = seen.get(tenant or "", 0)
+            seen[tenant or ""] = ahead + 1
+            virtual = run_at + ahead * timedelta(milliseconds=1)
+        elif due:
             head = min(due)[3]
             own = [d for d in due if d[2] == (tenant or "")]
             tail = max(own, key=lambda d: d[1])[3] + timedelta(milliseconds=1) if own else head
@@ -144,7 +150,7 @@ def test_each_path_stamps_the_claim_order_of_its_queues_policy(
         configure(conn, **POLICIES[policy])
     ids = PATHS[path](conn, now)
     if POLICIES[policy].get("tenant_fairness"):
-        want = expected_fair(POLICIES[policy], now)
+        want = expected_fair(POLICIES[policy], now, batch=path.startswith("enqueue_many"))
         assert stamps(conn, ids) == want
         # Stamped again, a job takes its place behind those already there: the line and rank stay.
         assert [s[:2] for s in by_trigger(conn, ids)] == [w[:2] for w in want]
@@ -160,7 +166,7 @@ def test_each_path_stamps_with_the_policy_configure_queue_left(conn: Conn, now: 
     configure(conn, aging=timedelta(minutes=3))
     policy = {"aging": timedelta(minutes=3), "tenant_fairness": True}
     ids = PATHS[path](conn, now)
-    assert stamps(conn, ids) == expected_fair(policy, now)
+    assert stamps(conn, ids) == expected_fair(policy, now, batch=path.startswith("enqueue_many"))
     conn.execute("SELECT pgsched.configure_queue('default', p_clear => '{aging}', tenant_fairness => false)")
     conn.execute("DELETE FROM pgsched.jobs")
     conn.execute("DELETE FROM pgsched.idempotency_keys")
