@@ -41,6 +41,7 @@ CREATE TABLE pgsched.jobs (
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
     depends_on          bigint[],         -- the jobs it waited for (enqueue's depends_on): dependency_outcomes()
+    waits_for           integer,          -- its job_dependencies rows left (waiting; NULL: count them, see _release)
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No

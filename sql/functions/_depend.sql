@@ -99,13 +99,6 @@ BEGIN
     IF v_jobs IS NULL THEN
         RETURN;
     END IF;
-    IF p_batch THEN
-        UPDATE pgsched.jobs j SET depends_on = x.deps
-        FROM (SELECT e.job, e.shard, pg_catalog.array_agg(e.dep ORDER BY e.dep) AS deps
-              FROM unnest(v_jobs, v_job_shards, v_on) AS e(job, shard, dep)
-              GROUP BY e.job, e.shard) x
-        WHERE j.id = x.job AND j.shard = x.shard;
-    END IF;
 
     IF v_outside IS NOT NULL THEN
         -- A redrive (retry) of a dead or cancelled dependency waits for this
@@ -149,13 +142,26 @@ BEGIN
         END IF;
     END IF;
 
-    -- Rows for every dependency not met: active ones, and failed ones a job waits out.
-    INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
-    SELECT e.dep, e.job, e.shard, e.policy
-    FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
-    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
-      AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep));
-    -- ('run': a dependency dead or cancelled already is met, like a completed one.)
+    -- Rows for every dependency not met: active ones, and failed ones a job waits out
+    -- ('run': a dependency dead or cancelled already is met, like a completed one).
+    -- Each job counts its rows (waits_for: what _release counts down), and in a
+    -- batch learns its dependencies' ids (depends_on: enqueue() wrote its own).
+    WITH added AS (
+        INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
+        SELECT e.dep, e.job, e.shard, e.policy
+        FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+          AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep))
+        RETURNING job
+    )
+    UPDATE pgsched.jobs j
+    SET waits_for = coalesce(n.rows, 0),
+        depends_on = CASE WHEN p_batch THEN x.deps ELSE j.depends_on END
+    FROM (SELECT e.job, e.shard, pg_catalog.array_agg(e.dep ORDER BY e.dep) AS deps
+          FROM unnest(v_jobs, v_job_shards, v_on) AS e(job, shard, dep)
+          GROUP BY e.job, e.shard) x
+    LEFT JOIN (SELECT a.job, pg_catalog.count(*)::integer AS rows FROM added a GROUP BY a.job) n ON n.job = x.job
+    WHERE j.id = x.job AND j.shard = x.shard;
 
     -- A dependency already dead or cancelled: the policy, at once.
     FOR v_bad IN

@@ -15,18 +15,20 @@ AS $$
 DECLARE
     v_jobs bigint[];
     v_shards smallint[];
+    v_met integer[];
 BEGIN
     WITH freed AS (
         DELETE FROM pgsched.job_dependencies d
         WHERE d.depends_on = p_id AND d.on_failure = 'run'
         RETURNING d.job, d.job_shard
     )
-    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job)
-    INTO v_jobs, v_shards
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job),
+           pg_catalog.array_agg(1 ORDER BY f.job)
+    INTO v_jobs, v_shards, v_met
     FROM freed f;
     IF v_jobs IS NULL THEN
         RETURN 0;
     END IF;
-    RETURN pgsched._release(v_jobs, v_shards, p_now);
+    RETURN pgsched._release(v_jobs, v_shards, p_now, v_met);
 END
 $$;
