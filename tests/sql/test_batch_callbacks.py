@@ -16,7 +16,6 @@ from tests.sql.helpers import (
     pair,
     refused,
     retry,
-    scalar,
     state,
 )
 
