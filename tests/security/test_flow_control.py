@@ -32,3 +32,18 @@ def test_a_tenant_cannot_read_another_tenants_dependency_outcomes(deployment: De
     globex = deployment.login("pgsched_worker", tenant="globex")
     rows = globex.execute("SELECT id, state FROM pgsched.dependency_outcomes(%s)", [callback]).fetchall()
     assert rows == [{"id": member, "state": "available"}]
+
+
+def test_a_tenant_cannot_set_weights_nor_step_out_of_its_share(deployment: Deployment, owner: Conn) -> None:
+    for login in (deployment.login("pgsched_admin", tenant="acme"), deployment.login("pgsched_worker")):
+        with pytest.raises(psycopg.Error) as info:
+            login.execute("SELECT pgsched.configure_queue('default', tenant_weights => '{\"acme\": 1000}')")
+        assert info.value.sqlstate == "42501"
+    assert owner.execute("SELECT tenant_weights FROM pgsched.queues").fetchall() == []
+    # Nor can it move its jobs ahead in the fair line by hand.
+    owner.execute("SELECT pgsched.configure_queue('default', tenant_weights => '{\"globex\": 2}')")
+    acme = deployment.login("pgsched_enqueue", tenant="acme")
+    job_id = enqueue(acme, "t", {}, tenant="acme")
+    with pytest.raises(psycopg.Error) as info:
+        acme.execute("UPDATE pgsched.jobs SET dispatch_at = '2000-01-01' WHERE id = %s", [job_id])
+    assert info.value.sqlstate == "42501"
