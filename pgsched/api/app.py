@@ -695,7 +695,7 @@ def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[An
         spec.on_dependency_failure,
         trace_context,
         spec.concurrency_key,
-        spec.on_conflict or "keep",
+        spec.on_conflict,
         spec.key_scope,
     )
 

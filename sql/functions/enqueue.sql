@@ -14,7 +14,7 @@
 -- trace_context: the caller's trace propagation headers (see docs/otel.md).
 -- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
 -- count (docs/dispatch.md).
--- on_conflict says what a held key does: 'keep' (the default) returns the
+-- on_conflict says what a held key does: 'keep' (the default, also NULL) returns the
 -- holder as it is; 'replace' gives the holder this call's args, run_at and
 -- priority while it has not started (a debounce; refused with PS423 once it
 -- started, see _replace). key_scope says how long the key of a new job is
@@ -75,9 +75,8 @@ BEGIN
     IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait', 'run') THEN
         PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
     END IF;
-    IF enqueue.on_conflict IS DISTINCT FROM 'keep' AND enqueue.on_conflict IS DISTINCT FROM 'replace' THEN
-        RAISE EXCEPTION 'pgsched: on_conflict must be ''keep'' or ''replace'', not %',
-                coalesce(pgsched._shown(enqueue.on_conflict), 'NULL')
+    IF enqueue.on_conflict IS NOT NULL AND enqueue.on_conflict NOT IN ('keep', 'replace') THEN
+        RAISE EXCEPTION 'pgsched: on_conflict must be ''keep'' or ''replace'', not %', pgsched._shown(enqueue.on_conflict)
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'on_conflict';
     END IF;
     IF enqueue.key_scope IS NOT NULL AND enqueue.key_scope NOT IN ('active', 'retention') THEN

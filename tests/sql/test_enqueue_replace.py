@@ -150,3 +150,8 @@ def test_replace_from_psql(conn: Conn) -> None:
     row = job(conn, first)
     assert row is not None
     assert row["args"] == {"x": 1}
+
+
+def test_a_null_on_conflict_keeps(conn: Conn, now: datetime) -> None:
+    first = enqueue(conn, "t", {"a": 1}, idempotency_key="k")
+    assert enqueue(conn, "t", {"a": 1}, idempotency_key="k", on_conflict=None, run_at=now) == first
