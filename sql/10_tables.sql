@@ -196,7 +196,7 @@ CREATE TABLE pgsched.queues (
     rate_period     interval,
     aging           interval,  -- a waiting job gains one priority step per aging; NULL: strict priority
     tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims share the queue between tenants
-    tenant_weights  jsonb,     -- under fairness: tenant -> weight (0 < w <= 1000; missing: 1)
+    tenant_weights  jsonb,     -- under fairness: tenant -> weight (0.001 <= w <= 1000; missing: 1)
     labels          text[],    -- default labels of the queue's jobs (a worker pool)
     CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),

@@ -43,7 +43,7 @@ def parse_rate(text: str, parse_duration: Any) -> tuple[int, timedelta]:
 
 
 def parse_tenant_weights(items: Sequence[str]) -> dict[str, float]:
-    """['acme=3', 'beta=0.5'] as {'acme': 3, 'beta': 0.5}; the database checks the range (0 < weight <= 1000)."""
+    """['acme=3', 'beta=0.5'] as {'acme': 3, 'beta': 0.5}; the database checks the range (0.001 to 1000)."""
     weights: dict[str, float] = {}
     for item in items:
         tenant, sep, value = item.rpartition("=")

@@ -8,7 +8,7 @@
 -- N starts per period (key_rate: per key, same period); aging: one priority
 -- step per interval waited (NULL: strict priority); tenant_fairness: claims
 -- share the queue between tenants, in proportion to tenant_weights (a JSON
--- object tenant -> weight, 0 < weight <= 1000; missing tenants weigh 1;
+-- object tenant -> weight, 0.001 <= weight <= 1000; missing tenants weigh 1;
 -- replaced whole, cleared with p_clear 'tenant_weights'; giving them turns
 -- fairness on unless tenant_fairness says otherwise), work-conserving;
 -- labels: default labels of the queue's jobs.
@@ -87,11 +87,11 @@ BEGIN
         END IF;
         SELECT pg_catalog.format('%s: %s', pgsched._shown(w.key), w.value) INTO v_bad
         FROM pg_catalog.jsonb_each(configure_queue.tenant_weights) AS w(key, value)
-        WHERE pg_catalog.jsonb_typeof(w.value) <> 'number' OR w.value::text::numeric <= 0
+        WHERE pg_catalog.jsonb_typeof(w.value) <> 'number' OR w.value::text::numeric < 0.001
            OR w.value::text::numeric > 1000
         LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'pgsched: tenant weight %: a weight is a number above 0 and at most 1000', v_bad
+            RAISE EXCEPTION 'pgsched: tenant weight %: a weight is a number from 0.001 to 1000', v_bad
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END IF;

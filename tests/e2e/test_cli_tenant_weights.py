@@ -30,6 +30,6 @@ def test_bad_weights_are_refused_and_change_nothing(dsn: str) -> None:
     assert "TENANT=WEIGHT" in out
     code, out = invoke(dsn, "queues", "configure", "q", "--tenant-weight", "acme=0")
     assert code == 1
-    assert "above 0 and at most 1000" in out
+    assert "from 0.001 to 1000" in out
     code, out = invoke(dsn, "queues", "configure", "q", "--json")
     assert json.loads(out)["tenant_weights"] is None
