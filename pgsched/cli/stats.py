@@ -451,8 +451,8 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
     "tenant_weights",
     multiple=True,
     metavar="TENANT=WEIGHT",
-    help="A tenant's share under fairness (repeatable; WEIGHT from 0.001 to 1000, others weigh 1); replaces the weights "
-    "set before and turns fairness on.",
+    help="A tenant's share under fairness (repeatable; WEIGHT from 0.001 to 1000, others weigh 1); "
+    "replaces the weights set before and turns fairness on.",
 )
 @click.option("--labels", metavar="A,B", help="Default labels of the queue's jobs (a worker pool).")
 @click.option(
