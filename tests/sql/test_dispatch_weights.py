@@ -72,7 +72,14 @@ def test_weights_are_shown_cleared_and_checked(conn: Conn) -> None:
     cleared = scalar(conn, "SELECT pgsched.configure_queue('default', p_clear => '{tenant_weights}')")
     assert cleared["tenant_weights"] is None
     assert cleared["tenant_fairness"] is True
-    for bad, shown in (({"acme": 0}, "0"), ({"acme": -1}, "-1"), ({"acme": 0.0001}, "0.0001"), ({"acme": "3"}, '"3"'), ({"acme": 1001}, "1001")):
+    refusals = (
+        ({"acme": 0}, "0"),
+        ({"acme": -1}, "-1"),
+        ({"acme": 0.0001}, "0.0001"),
+        ({"acme": "3"}, '"3"'),
+        ({"acme": 1001}, "1001"),
+    )
+    for bad, shown in refusals:
         with refused("22023") as info:
             weights(conn, **bad)  # type: ignore[arg-type]
         assert shown in str(info.value)
