@@ -9,7 +9,8 @@
 -- pgsched.config.events is on; payload in docs/events.md, the same as
 -- complete()'s); a waiting job's dependency rows dropped, and a dead or
 -- cancelled job's dependents cancelled or left waiting by their policy
--- (_fail_dependents), or made due ('run', _release_callbacks). Callers do the check-and-write; this only files.
+-- (_fail_dependents), or made due ('run', _release_callbacks). Callers do
+-- the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
