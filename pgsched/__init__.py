@@ -5,7 +5,7 @@ from __future__ import annotations
 from pgsched.api.app import App
 from pgsched.api.events import Event
 from pgsched.api.handle import JobHandle, JobStatus, Progress
-from pgsched.core.job import ClaimedJob, JobContext, JobState, current_job
+from pgsched.core.job import ClaimedJob, Dependency, JobContext, JobState, current_job
 from pgsched.core.task import JobSpec, Ref, Task
 from pgsched.errors import (
     ConfigurationError,
@@ -21,6 +21,7 @@ from pgsched.errors import (
     JobWasCancelled,
     LeaseLost,
     PgschedError,
+    ReplaceRefused,
     ResultTimeout,
     Retry,
     RunFailed,
@@ -39,6 +40,7 @@ __all__ = [
     "ClaimedJob",
     "ConfigurationError",
     "DatabaseError",
+    "Dependency",
     "Event",
     "GiveUp",
     "IdempotencyConflict",
@@ -58,6 +60,7 @@ __all__ = [
     "PgschedError",
     "Progress",
     "Ref",
+    "ReplaceRefused",
     "ResultTimeout",
     "Retry",
     "RunFailed",

@@ -6,7 +6,8 @@
     ├── ConfigurationError        bad settings, no DSN and no embedded server, unknown app
     ├── DatabaseError             the database refused or could not be reached
     │   ├── InvalidJob            a job was refused: the message names the value, column and rule
-    │   │   └── IdempotencyConflict  a repeated idempotency key with another task or other args (PS422)
+    │   │   ├── IdempotencyConflict  a repeated idempotency key with another task or other args (PS422)
+    │   │   └── ReplaceRefused     on_conflict='replace' of a job that already started or ended (PS423)
     │   └── SchemaError           pgsched is not installed, or not at the expected version
     ├── TaskError
     │   ├── TaskNotRegistered     no handler registered under that task name
@@ -71,6 +72,10 @@ class InvalidJob(DatabaseError):
 
 class IdempotencyConflict(InvalidJob):
     """The idempotency key is held by a job of another task or with other args (SQLSTATE PS422)."""
+
+
+class ReplaceRefused(InvalidJob):
+    """on_conflict='replace' found the key's job started (running) or ended; nothing changed (SQLSTATE PS423)."""
 
 
 class SchemaError(DatabaseError):
@@ -170,6 +175,7 @@ class RunFailed(Exception):
 # SQLSTATE classes that mean "this input was refused".
 _INVALID_INPUT = {"23514", "23502", "23503", "22P02", "22023", "22007", "22008", "22003", "42501"}
 IDEMPOTENCY_CONFLICT = "PS422"
+REPLACE_REFUSED = "PS423"
 
 # What each rule of pgsched.jobs asks, for errors PostgreSQL itself raised
 # (they name a partition, "jobs_s2", and not the value). pgsched's functions
@@ -205,6 +211,8 @@ def from_psycopg(exc: psycopg.Error) -> PgschedError:
     constraint, column = diag.constraint_name, diag.column_name
     if state == IDEMPOTENCY_CONFLICT:
         return IdempotencyConflict(message, constraint=constraint, sqlstate=state, column=column)
+    if state == REPLACE_REFUSED:
+        return ReplaceRefused(message, constraint=constraint, sqlstate=state, column=column)
     if state in _INVALID_INPUT:
         if not message.startswith("pgsched:") and constraint in _JOB_RULES:
             message = f"pgsched: job refused by {constraint}: {_JOB_RULES[constraint]}"

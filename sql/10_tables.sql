@@ -41,13 +41,15 @@ CREATE TABLE pgsched.jobs (
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
     unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
+    depends_on          bigint[],         -- the jobs it waited for (enqueue's depends_on): dependency_outcomes()
+    waits_for           integer,          -- its job_dependencies rows left (waiting; NULL: count them, see _release)
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
     -- defaults: a row without dispatch_at is one the trigger must stamp.
-    dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
+    dispatch_group      text              NOT NULL,  -- '*' under tenant fairness, else ''
     dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
-    dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
+    dispatch_at         timestamptz       NOT NULL,  -- run_at (fairness: a virtual time), minus priority x aging
     -- The handler's last ctx.progress() report, of whichever attempt made it;
     -- written only by pgsched.report_progress, which checks it (no CHECK here:
     -- each costs every INSERT).
@@ -160,7 +162,7 @@ COMMENT ON TABLE pgsched.job_events IS
     'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
 
 -- Idempotency keys deduplicate against active jobs and, until expires_at,
--- finished ones. Not partitioned, so the key is unique across all shards.
+-- finished ones (a key of scope 'active' expires when its job ends). Not partitioned, so the key is unique across all shards.
 -- A key belongs to its tenant: each tenant (and no tenant) is its own space.
 CREATE TABLE pgsched.idempotency_keys (
     key        text        NOT NULL,
@@ -169,7 +171,11 @@ CREATE TABLE pgsched.idempotency_keys (
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     expires_at timestamptz,  -- NULL while the job is active
     tenant     text,
-    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant)
+    -- 'retention': held until expires_at, the retention after the job ended;
+    -- 'active': freed when the job ends (enqueue's key_scope).
+    scope      text        NOT NULL DEFAULT 'retention',
+    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant),
+    CONSTRAINT idempotency_keys_scope_valid CHECK (scope IN ('active', 'retention'))
 );
 CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
     WHERE expires_at IS NOT NULL;
@@ -215,7 +221,8 @@ CREATE TABLE pgsched.queues (
     key_rate        integer,   -- at most this many starts per rate_period per concurrency_key
     rate_period     interval,
     aging           interval,  -- a waiting job gains one priority step per aging; NULL: strict priority
-    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims take turns between tenants
+    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims share the queue between tenants
+    tenant_weights  jsonb,     -- under fairness: tenant -> weight (0.001 <= w <= 1000; missing: 1)
     labels          text[],    -- default labels of the queue's jobs (a worker pool)
     CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
@@ -301,15 +308,19 @@ COMMENT ON TABLE pgsched.tenant_roles IS
 -- transaction when its last row went (see _release_dependents). Keyed by
 -- depends_on, so a completion finds its dependents, or that it has none, in
 -- one index probe. on_failure is the dependent's policy for a dependency that
--- ends dead or cancelled: 'cancel' it (and its own dependents), or 'wait'
--- for a redrive (pgsched.retry of the dependency).
+-- ends dead or cancelled: 'cancel' it (and its own dependents), 'wait'
+-- for a redrive (pgsched.retry of the dependency), or 'run': the row goes
+-- as for a completion (a batch callback runs once all finished).
+-- Each row goes in one index probe, and the dependent's release looks for
+-- any row left: finishing the last member of a batch of 10,000 writes as
+-- much as finishing the first.
 CREATE TABLE pgsched.job_dependencies (
     depends_on bigint   NOT NULL,
     job        bigint   NOT NULL,
     job_shard  smallint NOT NULL,
     on_failure text     NOT NULL DEFAULT 'cancel',
     CONSTRAINT job_dependencies_pkey PRIMARY KEY (depends_on, job),
-    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait'))
+    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait', 'run'))
 );
 COMMENT ON TABLE pgsched.job_dependencies IS
     'Unmet dependencies of waiting jobs (job waits for depends_on); written by enqueue and the functions that finish jobs.';

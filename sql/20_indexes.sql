@@ -5,6 +5,10 @@
 -- by tenant under fairness: see tg_jobs__dispatch).
 CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, dispatch_group, dispatch_rank, dispatch_at, id)
     WHERE state = 'available';
+-- Tenant fairness: a tenant's latest stamp in a fair queue, one probe at
+-- enqueue (see _fair_stamp); only fair queues' due jobs enter it.
+CREATE INDEX jobs_fair_idx ON pgsched.jobs (queue, (coalesce(tenant, '')), dispatch_at)
+    WHERE state = 'available' AND dispatch_group = '*';
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
     WHERE state = 'scheduled';

@@ -35,6 +35,7 @@ GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.enqueue
     TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.dependency_outcomes TO pgsched_enqueue, pgsched_worker;
 -- Only the columns a user chooses: id, shard, created_at, state, leases and
 -- schedule links come from the database (a named one is permission denied).
 GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant, timeout, service,

@@ -27,6 +27,8 @@
 \ir functions/_ensure_day_partition.sql
 \ir functions/_event.sql
 \ir functions/_fail_overdue.sql
+\ir functions/_fair_stamp.sql
+\ir functions/_fair_stamps.sql
 \ir functions/_fail_dependents.sql
 \ir functions/_finish.sql
 \ir functions/_hold_shard.sql
@@ -36,7 +38,9 @@
 \ir functions/_put_back.sql
 \ir functions/_random_shard.sql
 \ir functions/_release.sql
+\ir functions/_release_callbacks.sql
 \ir functions/_release_dependents.sql
+\ir functions/_replace.sql
 \ir functions/_tenant_visible.sql
 \ir functions/_withdraw.sql
 \ir functions/acquire_idle_shards.sql
@@ -49,6 +53,7 @@
 \ir functions/claim.sql
 \ir functions/complete.sql
 \ir functions/configure_queue.sql
+\ir functions/dependency_outcomes.sql
 \ir functions/enqueue.sql
 \ir functions/enqueue_command.sql
 \ir functions/enqueue_many.sql

@@ -142,13 +142,15 @@ CREATE TABLE pgsched.jobs (
     trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
     concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
     unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
+    depends_on          bigint[],         -- the jobs it waited for (enqueue's depends_on): dependency_outcomes()
+    waits_for           integer,          -- its job_dependencies rows left (waiting; NULL: count them, see _release)
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
     -- defaults: a row without dispatch_at is one the trigger must stamp.
-    dispatch_group      text              NOT NULL,  -- the tenant under tenant fairness, else ''
+    dispatch_group      text              NOT NULL,  -- '*' under tenant fairness, else ''
     dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
-    dispatch_at         timestamptz       NOT NULL,  -- run_at, minus priority x aging
+    dispatch_at         timestamptz       NOT NULL,  -- run_at (fairness: a virtual time), minus priority x aging
     -- The handler's last ctx.progress() report, of whichever attempt made it;
     -- written only by pgsched.report_progress, which checks it (no CHECK here:
     -- each costs every INSERT).
@@ -261,7 +263,7 @@ COMMENT ON TABLE pgsched.job_events IS
     'Audit trail by exception: the transitions the job''s row cannot tell (the claim and completion of a job that succeeds are read from job_history); pgsched.job_timeline gives every transition. Partitioned by day.';
 
 -- Idempotency keys deduplicate against active jobs and, until expires_at,
--- finished ones. Not partitioned, so the key is unique across all shards.
+-- finished ones (a key of scope 'active' expires when its job ends). Not partitioned, so the key is unique across all shards.
 -- A key belongs to its tenant: each tenant (and no tenant) is its own space.
 CREATE TABLE pgsched.idempotency_keys (
     key        text        NOT NULL,
@@ -270,7 +272,11 @@ CREATE TABLE pgsched.idempotency_keys (
     created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     expires_at timestamptz,  -- NULL while the job is active
     tenant     text,
-    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant)
+    -- 'retention': held until expires_at, the retention after the job ended;
+    -- 'active': freed when the job ends (enqueue's key_scope).
+    scope      text        NOT NULL DEFAULT 'retention',
+    CONSTRAINT idempotency_keys_key_tenant UNIQUE NULLS NOT DISTINCT (key, tenant),
+    CONSTRAINT idempotency_keys_scope_valid CHECK (scope IN ('active', 'retention'))
 );
 CREATE INDEX idempotency_keys_expires_at_idx ON pgsched.idempotency_keys (expires_at)
     WHERE expires_at IS NOT NULL;
@@ -316,7 +322,8 @@ CREATE TABLE pgsched.queues (
     key_rate        integer,   -- at most this many starts per rate_period per concurrency_key
     rate_period     interval,
     aging           interval,  -- a waiting job gains one priority step per aging; NULL: strict priority
-    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims take turns between tenants
+    tenant_fairness boolean    NOT NULL DEFAULT false,  -- claims share the queue between tenants
+    tenant_weights  jsonb,     -- under fairness: tenant -> weight (0.001 <= w <= 1000; missing: 1)
     labels          text[],    -- default labels of the queue's jobs (a worker pool)
     CONSTRAINT queues_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$'),
     CONSTRAINT queues_backoff_order CHECK (backoff_base > interval '0' AND backoff_max >= backoff_base),
@@ -402,15 +409,19 @@ COMMENT ON TABLE pgsched.tenant_roles IS
 -- transaction when its last row went (see _release_dependents). Keyed by
 -- depends_on, so a completion finds its dependents, or that it has none, in
 -- one index probe. on_failure is the dependent's policy for a dependency that
--- ends dead or cancelled: 'cancel' it (and its own dependents), or 'wait'
--- for a redrive (pgsched.retry of the dependency).
+-- ends dead or cancelled: 'cancel' it (and its own dependents), 'wait'
+-- for a redrive (pgsched.retry of the dependency), or 'run': the row goes
+-- as for a completion (a batch callback runs once all finished).
+-- Each row goes in one index probe, and the dependent's release looks for
+-- any row left: finishing the last member of a batch of 10,000 writes as
+-- much as finishing the first.
 CREATE TABLE pgsched.job_dependencies (
     depends_on bigint   NOT NULL,
     job        bigint   NOT NULL,
     job_shard  smallint NOT NULL,
     on_failure text     NOT NULL DEFAULT 'cancel',
     CONSTRAINT job_dependencies_pkey PRIMARY KEY (depends_on, job),
-    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait'))
+    CONSTRAINT job_dependencies_on_failure_valid CHECK (on_failure IN ('cancel', 'wait', 'run'))
 );
 COMMENT ON TABLE pgsched.job_dependencies IS
     'Unmet dependencies of waiting jobs (job waits for depends_on); written by enqueue and the functions that finish jobs.';
@@ -562,6 +573,10 @@ CREATE INDEX schedule_occurrences_decided_at_idx ON pgsched.schedule_occurrences
 -- by tenant under fairness: see tg_jobs__dispatch).
 CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, dispatch_group, dispatch_rank, dispatch_at, id)
     WHERE state = 'available';
+-- Tenant fairness: a tenant's latest stamp in a fair queue, one probe at
+-- enqueue (see _fair_stamp); only fair queues' due jobs enter it.
+CREATE INDEX jobs_fair_idx ON pgsched.jobs (queue, (coalesce(tenant, '')), dispatch_at)
+    WHERE state = 'available' AND dispatch_group = '*';
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
     WHERE state = 'scheduled';
@@ -1313,12 +1328,15 @@ $$;
 -- contract: gives the just-inserted waiting jobs p_ids (on p_shards) their
 -- dependencies: p_deps[i] is a JSON array of job ids, and in a batch also of
 -- references to earlier rows of it as negative 1-based positions (-1: the
--- first row); p_policies[i] ('cancel', the default, or 'wait') says what a
--- dead or cancelled dependency does to job i. A dependency still active is
+-- first row); p_policies[i] ('cancel', the default, 'wait' or 'run') says
+-- what a dead or cancelled dependency does to job i ('run': nothing, it
+-- counts as finished). A dependency still active is
 -- held (FOR KEY SHARE: it cannot finish before this transaction commits)
 -- and becomes a row of pgsched.job_dependencies; one that completed
 -- (history) is met; one dead or cancelled applies the policy at once
--- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive).
+-- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive;
+-- 'run': it is met). In a batch, each job's depends_on column gets its
+-- dependencies' ids, references resolved (enqueue() writes its own).
 -- A job with nothing left to wait for is made due (_release). A bad
 -- element, a reference to the row itself or a later one, an id this
 -- session cannot see (another tenant's, or none), or one not smaller than
@@ -1370,7 +1388,7 @@ BEGIN
     END IF;
 
     SELECT u.ord, u.deps, u.policy, e.v,
-           CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait') THEN 'policy'
+           CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait', 'run') THEN 'policy'
                 WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' THEN 'shape'
                 WHEN pg_catalog.jsonb_typeof(e.v) <> 'number' OR e.v::numeric <> pg_catalog.trunc(e.v::numeric)
                      OR e.v::numeric = 0 OR e.v::numeric > 9223372036854775807 THEN 'element'
@@ -1380,7 +1398,7 @@ BEGIN
     FROM unnest(p_deps, p_policies) WITH ORDINALITY AS u(deps, policy, ord)
     LEFT JOIN LATERAL pg_catalog.jsonb_array_elements(
         CASE WHEN pg_catalog.jsonb_typeof(u.deps) = 'array' THEN u.deps END) AS e(v) ON true
-    WHERE (u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait'))
+    WHERE (u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait', 'run'))
        OR pg_catalog.jsonb_typeof(u.deps) <> 'array'
        OR pg_catalog.jsonb_typeof(e.v) <> 'number'
        OR e.v::numeric <> pg_catalog.trunc(e.v::numeric) OR e.v::numeric = 0
@@ -1393,7 +1411,7 @@ BEGIN
             v_row := pg_catalog.format('row %s of the batch: ', v_bad.ord);
         END IF;
         IF v_bad.problem = 'policy' THEN
-            RAISE EXCEPTION 'pgsched: %on_dependency_failure must be ''cancel'' or ''wait'', not %',
+            RAISE EXCEPTION 'pgsched: %on_dependency_failure must be ''cancel'', ''wait'' or ''run'', not %',
                     v_row, pgsched._shown(v_bad.policy)
                 USING ERRCODE = 'invalid_parameter_value', COLUMN = 'on_dependency_failure';
         ELSIF v_bad.problem = 'reference' AND p_batch THEN
@@ -1491,12 +1509,26 @@ BEGIN
                   HINT = 'Within a batch, name earlier rows (-1 is the first row): ids grow in enqueue order.';
     END IF;
 
-    -- Rows for every dependency not met: active ones, and failed ones a job waits out.
-    INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
-    SELECT e.dep, e.job, e.shard, e.policy
-    FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
-    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
-      AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep));
+    -- Rows for every dependency not met: active ones, and failed ones a job waits out
+    -- ('run': a dependency dead or cancelled already is met, like a completed one).
+    -- Each job counts its rows (waits_for: what _release counts down), and in a
+    -- batch learns its dependencies' ids (depends_on: enqueue() wrote its own).
+    WITH added AS (
+        INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
+        SELECT e.dep, e.job, e.shard, e.policy
+        FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+          AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep))
+        RETURNING job
+    )
+    UPDATE pgsched.jobs j
+    SET waits_for = coalesce(n.rows, 0),
+        depends_on = CASE WHEN p_batch THEN x.deps ELSE j.depends_on END
+    FROM (SELECT e.job, e.shard, pg_catalog.array_agg(e.dep ORDER BY e.dep) AS deps
+          FROM unnest(v_jobs, v_job_shards, v_on) AS e(job, shard, dep)
+          GROUP BY e.job, e.shard) x
+    LEFT JOIN (SELECT a.job, pg_catalog.count(*)::integer AS rows FROM added a GROUP BY a.job) n ON n.job = x.job
+    WHERE j.id = x.job AND j.shard = x.shard;
 
     -- A dependency already dead or cancelled: the policy, at once.
     FOR v_bad IN
@@ -1644,6 +1676,122 @@ BEGIN
 END
 $$;
 
+-- functions/_fair_stamp.sql
+-- _fair_stamp
+-- contract: the claim-order stamp (dispatch_at before aging) of a job of
+-- tenant p_tenant entering fair queue p_queue (tenant_fairness), due at
+-- p_at: start-time fair queueing on virtual time. Each tenant's due jobs
+-- are spaced 1 ms / weight apart (p_weights: tenant -> weight, missing 1;
+-- no tenant is ''), and a tenant with nothing due starts at the head of the
+-- queue (its earliest due stamp), not where it left off: an idle tenant
+-- banks no credit, and its share goes to the others (work-conserving).
+-- With nothing due in the queue, the stamp is p_at. Under aging (p_aging)
+-- the claim order is the stamp minus priority x aging; the stamps read back
+-- here have that taken off again, so virtual time is one clock for all.
+--
+-- The cost is here, at enqueue (two index probes: the head in the claim
+-- index, the tenant's latest stamp in jobs_fair_idx), so a claim of a fair
+-- queue is the plain claim of its index in stamp order and reads only its
+-- batch, whatever the number of tenants. VOLATILE, so each row of a
+-- multi-row INSERT sees the rows before it and the tenant's stamps grow
+-- within one statement. Concurrent enqueues of one tenant may draw equal
+-- stamps (ids break ties): shares are kept to a job, not exactly.
+CREATE OR REPLACE FUNCTION pgsched._fair_stamp(
+    p_queue   text,
+    p_tenant  text,
+    p_weights jsonb,
+    p_at      timestamptz,
+    p_aging   interval DEFAULT NULL
+)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan per statement for every call: planning the partitioned probes
+-- anew for each job would cost more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_head timestamptz;
+    v_tail timestamptz;
+BEGIN
+    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_head FROM pgsched.jobs j
+    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = '*'
+    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+    LIMIT 1;
+    IF v_head IS NULL THEN
+        RETURN p_at;
+    END IF;
+    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_tail FROM pgsched.jobs j
+    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = '*'
+      AND coalesce(j.tenant, '') = coalesce(p_tenant, '')
+    ORDER BY coalesce(j.tenant, ''), j.dispatch_at DESC
+    LIMIT 1;
+    RETURN greatest(v_head, v_tail + interval '1 millisecond'
+                                      / coalesce((p_weights ->> coalesce(p_tenant, ''))::double precision, 1));
+END
+$$;
+
+-- functions/_fair_stamps.sql
+-- _fair_stamps
+-- contract: _fair_stamp for a batch (enqueue_many): element i is the
+-- virtual-time stamp of row i (queue p_queues[i], NULL: 'default'; tenant
+-- p_tenants[i]; due p_run_ats[i], NULL: p_now) when its queue has tenant
+-- fairness, else NULL; p_n rows. One statement: each fair queue's head and
+-- each tenant's latest stamp are read once (index probes, rescanned, where
+-- a call per row would start an executor over every shard's partition each
+-- time), and a tenant's rows follow one another 1 ms / weight apart in
+-- input order, as stamping them one by one would place them.
+CREATE OR REPLACE FUNCTION pgsched._fair_stamps(
+    p_queues  text[],
+    p_tenants text[],
+    p_run_ats timestamptz[],
+    p_now     timestamptz,
+    p_n       integer
+)
+RETURNS timestamptz[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    WITH input AS (
+        SELECT u.ord, coalesce(p_queues[u.ord], 'default') AS queue, coalesce(p_tenants[u.ord], '') AS tenant,
+               coalesce(p_run_ats[u.ord], p_now) AS run_at
+        FROM pg_catalog.generate_series(1, p_n) AS u(ord)
+    ), fair AS (
+        SELECT i.ord, i.queue, i.tenant, i.run_at, q.aging,
+               interval '1 millisecond' / coalesce((q.tenant_weights ->> i.tenant)::double precision, 1) AS step,
+               (pg_catalog.row_number() OVER (PARTITION BY i.queue, i.tenant ORDER BY i.ord) - 1)::double precision
+                   AS ahead
+        FROM input i
+        JOIN pgsched.queues q ON q.name = i.queue AND q.tenant_fairness
+    ), heads AS (
+        SELECT x.queue, h.at
+        FROM (SELECT DISTINCT f.queue, f.aging FROM fair f) x
+        LEFT JOIN LATERAL (
+            SELECT j.dispatch_at + coalesce(j.priority * x.aging, interval '0') AS at
+            FROM pgsched.jobs j
+            WHERE j.state = 'available' AND j.queue = x.queue AND j.dispatch_group = '*'
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            LIMIT 1) h ON true
+    ), tails AS (
+        SELECT x.queue, x.tenant, t.at + x.step AS at
+        FROM (SELECT DISTINCT f.queue, f.tenant, f.aging, f.step FROM fair f) x
+        LEFT JOIN LATERAL (
+            SELECT j.dispatch_at + coalesce(j.priority * x.aging, interval '0') AS at
+            FROM pgsched.jobs j
+            WHERE j.state = 'available' AND j.queue = x.queue AND j.dispatch_group = '*'
+              AND coalesce(j.tenant, '') = x.tenant
+            ORDER BY coalesce(j.tenant, ''), j.dispatch_at DESC
+            LIMIT 1) t ON true
+    )
+    SELECT pg_catalog.array_agg(
+               coalesce(greatest(h.at, t.at), f.run_at) + f.ahead * f.step
+               ORDER BY i.ord)
+    FROM input i
+    LEFT JOIN fair f ON f.ord = i.ord
+    LEFT JOIN heads h ON h.queue = f.queue
+    LEFT JOIN tails t ON t.queue = f.queue AND t.tenant = f.tenant
+$$;
+
 -- functions/_fail_dependents.sql
 -- _fail_dependents
 -- contract: a job (p_id) just ended p_state ('dead' or 'cancelled'): every
@@ -1722,7 +1870,8 @@ $$;
 -- pgsched.config.events is on; payload in docs/events.md, the same as
 -- complete()'s); a waiting job's dependency rows dropped, and a dead or
 -- cancelled job's dependents cancelled or left waiting by their policy
--- (_fail_dependents). Callers do the check-and-write; this only files.
+-- (_fail_dependents), or made due ('run', _release_callbacks). Callers do
+-- the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
@@ -1777,10 +1926,16 @@ BEGIN
        AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'cancel') THEN
         PERFORM pgsched._fail_dependents(p_job.id, p_state, p_now);
     END IF;
+    IF p_state <> 'completed'
+       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'run') THEN
+        PERFORM pgsched._release_callbacks(p_job.id, p_now);
+    END IF;
     IF p_job.idempotency_key IS NOT NULL THEN
         UPDATE pgsched.idempotency_keys k
-        -- A service's key is free again once it ended: the next enqueue starts it anew.
-        SET expires_at = CASE WHEN p_job.service THEN p_now ELSE p_now + v_config.idempotency_retention END
+        -- A service's key, and a key of scope 'active', is free again once
+        -- the job ended: the next enqueue starts it anew.
+        SET expires_at = CASE WHEN p_job.service OR k.scope = 'active' THEN p_now
+                              ELSE p_now + v_config.idempotency_retention END
         WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
     END IF;
 END
@@ -1899,8 +2054,8 @@ $$;
 
 -- functions/_claim_limited.sql
 -- _claim_limited
--- contract: claim()'s path for a queue with a dispatch policy (concurrency
--- or rate limits, per-key limits, tenant fairness; docs/dispatch.md): leases
+-- contract: claim()'s path for a queue with limits (concurrency or rate
+-- limits, per-key limits; docs/dispatch.md): leases
 -- up to p_n of its due jobs as claim() does, never more than the limits
 -- allow at this moment, and returns them in claim()'s shape.
 --
@@ -1910,12 +2065,11 @@ $$;
 -- leases that have not expired (a SIGKILLed worker's slot frees when its
 -- lease runs out, with nothing to repair); rates count the starts recorded
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
--- Under fairness, the tenants with due jobs (one index probe each) are taken
--- in turn (round robin), ceil(n / tenants) jobs each, heads first.
--- Without fairness, as claim() does for a busy worker: the best due
--- priority over all shards, its jobs read one shard at a time from a
--- rotating one (a batch is usually one statement), then what it could not
--- fill in strict order over all shards, so priority holds across shards.
+-- As claim() does for a busy worker: the best due priority over all shards,
+-- its jobs read one shard at a time from a rotating one (a batch is usually
+-- one statement), then what it could not fill in strict order over all
+-- shards, so priority holds across shards. Under tenant fairness the index
+-- order is the tenants' shares already (_fair_stamp).
 -- Per-key limits skip jobs whose key is full, reading at most 1000
 -- candidates per shard. Like claim(), it writes no audit event (the row
 -- keeps claimed_at; see pgsched.job_timeline).
@@ -1943,10 +2097,7 @@ DECLARE
     v_q pgsched.queues;
     v_k integer := p_n;
     v_keyed boolean;
-    v_groups text[];
-    v_ng integer;
     v_off integer;
-    v_per integer;
     v_scan integer;
     v_ids bigint[] := '{}';
     v_shards smallint[] := '{}';
@@ -1983,47 +2134,34 @@ BEGIN
     v_keyed := v_q.key_concurrency IS NOT NULL OR v_q.key_rate IS NOT NULL;
     v_scan := CASE WHEN v_keyed THEN least(v_k * 10 + 100, 1000) ELSE v_k END;
 
-    IF v_q.tenant_fairness THEN
-        -- The tenants with due jobs: a loose scan of the claim index.
-        WITH RECURSIVE g AS (
-            (SELECT j.dispatch_group AS grp FROM pgsched.jobs j
-             WHERE j.state = 'available' AND j.queue = p_queue
-             ORDER BY j.dispatch_group LIMIT 1)
-            UNION ALL
-            SELECT (SELECT j.dispatch_group FROM pgsched.jobs j
-                    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group > g.grp
-                    ORDER BY j.dispatch_group LIMIT 1)
-            FROM g WHERE g.grp IS NOT NULL
-        )
-        SELECT pg_catalog.array_agg(g.grp) INTO v_groups FROM g WHERE g.grp IS NOT NULL
-          AND (p_scope IS NULL OR g.grp = p_scope);
-        v_ng := coalesce(pg_catalog.cardinality(v_groups), 0);
-        IF v_ng = 0 THEN
-            RETURN;
-        END IF;
-        -- Turns start where the last claims left off, with no cursor to
-        -- write: the lease token sequence moved by one per job leased since,
-        -- so a claim that served k tenants moves the next start k tenants on.
-        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_ng)::integer INTO v_off
-        FROM pgsched.lease_token_seq s;
-        v_groups := v_groups[v_off + 1 :] || v_groups[: v_off];
-        v_ng := least(v_ng, v_k);
-        v_per := CASE WHEN v_keyed THEN v_scan ELSE (v_k + v_ng - 1) / v_ng END;
+    -- As claim() does for a busy worker: the best due level (priority)
+    -- over all shards, its jobs shard by shard from a rotating one (the
+    -- batch usually comes from one partition, one statement), then the
+    -- rest in strict order over all shards at once.
+    SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
+    FROM pgsched.jobs j
+    WHERE j.state = 'available' AND j.queue = p_queue
+      AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+      AND (p_scope IS NULL OR j.tenant = p_scope)
+    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT c.shards INTO v_nshards FROM pgsched.config c;
+    SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
+    FROM pgsched.lease_token_seq s;
+    FOR i IN 0 .. v_nshards - 1 LOOP
+        EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+        v_shard := ((v_off + i) % v_nshards)::smallint;
         FOR v_cand IN
-            SELECT c.id, c.shard, c.concurrency_key
-            FROM unnest(v_groups[1 : v_ng]) WITH ORDINALITY AS g(grp, pos)
-            CROSS JOIN LATERAL (
-                SELECT j.id, j.shard, j.concurrency_key,
-                       pg_catalog.row_number() OVER (ORDER BY j.dispatch_rank, j.dispatch_at, j.id) AS rn
-                FROM (SELECT j.id, j.shard, j.concurrency_key, j.dispatch_rank, j.dispatch_at
-                      FROM pgsched.jobs j
-                      WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = g.grp
-                        AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-                        AND (p_scope IS NULL OR j.tenant = p_scope)
-                      ORDER BY j.dispatch_rank, j.dispatch_at, j.id
-                      LIMIT v_per) j
-            ) c
-            ORDER BY c.rn, g.pos
+            SELECT j.id, j.shard, j.concurrency_key
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
+              AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
+              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+              AND (p_scope IS NULL OR j.tenant = p_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
             LIMIT v_scan
         LOOP
             EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
@@ -2035,67 +2173,26 @@ BEGIN
             v_ids := v_ids || v_cand.id;
             v_shards := v_shards || v_cand.shard;
         END LOOP;
-    ELSE
-        -- As claim() does for a busy worker: the best due level (priority)
-        -- over all shards, its jobs shard by shard from a rotating one (the
-        -- batch usually comes from one partition, one statement), then the
-        -- rest in strict order over all shards at once.
-        SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
-        FROM pgsched.jobs j
-        WHERE j.state = 'available' AND j.queue = p_queue
-          AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-          AND (p_scope IS NULL OR j.tenant = p_scope)
-        ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-        LIMIT 1;
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
-        SELECT c.shards INTO v_nshards FROM pgsched.config c;
-        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
-        FROM pgsched.lease_token_seq s;
-        FOR i IN 0 .. v_nshards - 1 LOOP
+    END LOOP;
+    IF pg_catalog.cardinality(v_ids) < v_k THEN
+        FOR v_cand IN
+            SELECT j.id, j.shard, j.concurrency_key
+            FROM pgsched.jobs j
+            WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
+              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+              AND (p_scope IS NULL OR j.tenant = p_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            LIMIT v_scan
+        LOOP
             EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-            v_shard := ((v_off + i) % v_nshards)::smallint;
-            FOR v_cand IN
-                SELECT j.id, j.shard, j.concurrency_key
-                FROM pgsched.jobs j
-                WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
-                  AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
-                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-                  AND (p_scope IS NULL OR j.tenant = p_scope)
-                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                LIMIT v_scan
-            LOOP
-                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                    CONTINUE WHEN v_left <= 0;
-                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-                END IF;
-                v_ids := v_ids || v_cand.id;
-                v_shards := v_shards || v_cand.shard;
-            END LOOP;
+            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+                CONTINUE WHEN v_left <= 0;
+                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+            END IF;
+            v_ids := v_ids || v_cand.id;
+            v_shards := v_shards || v_cand.shard;
         END LOOP;
-        IF pg_catalog.cardinality(v_ids) < v_k THEN
-            FOR v_cand IN
-                SELECT j.id, j.shard, j.concurrency_key
-                FROM pgsched.jobs j
-                WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
-                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-                  AND (p_scope IS NULL OR j.tenant = p_scope)
-                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                LIMIT v_scan
-            LOOP
-                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                    CONTINUE WHEN v_left <= 0;
-                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-                END IF;
-                v_ids := v_ids || v_cand.id;
-                v_shards := v_shards || v_cand.shard;
-            END LOOP;
-        END IF;
     END IF;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;
@@ -2255,43 +2352,68 @@ $$;
 -- functions/_release.sql
 -- _release
 -- contract: makes due those of the waiting jobs (p_jobs on p_shards) that
--- have no dependency left in pgsched.job_dependencies: 'available' (run_at
--- moved up to p_now, so start lag counts from the release), or 'scheduled'
--- when run_at is still ahead; wakes their queues. Returns how many it made due.
+-- have no dependency left: 'available' (run_at moved up to p_now, so start
+-- lag counts from the release), or 'scheduled' when run_at is still ahead;
+-- wakes their queues. p_met[i], when given, is how many of job i's
+-- pgsched.job_dependencies rows the caller has just deleted (met). Returns
+-- how many it made due.
 --
--- Two statements on purpose. The first locks the jobs in id order; the
--- second, with a snapshot taken after those locks, looks at what is left.
--- Two dependencies completing at once in two transactions each delete their
--- own row and then queue here: the second one sees the first one's delete
--- committed, so the last completion always releases the job.
+-- A waiting job counts its rows left (waits_for, set by _depend), so the
+-- completion that meets the last of 10,000 dependencies updates one counter
+-- and reads nothing of the others: no probe of job_dependencies, whose
+-- statistics after a large fan-in say every row waits for one job (the
+-- planner then reads them all). A job without a count (waits_for NULL)
+-- has its rows looked up.
+--
+-- Statements in order on purpose. The first locks the jobs in id order; the
+-- counters then go down under those locks: two dependencies completing at
+-- once in two transactions each delete their own row and queue here, the
+-- second one decrements what the first one left, so the last completion
+-- always releases the job.
 CREATE OR REPLACE FUNCTION pgsched._release(
     p_jobs   bigint[],
     p_shards smallint[],
-    p_now    timestamptz
+    p_now    timestamptz,
+    p_met    integer[] DEFAULT NULL
 )
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
+-- One plan per statement, kept: planning them anew over every shard's
+-- partition cost more than running them.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_queues text[];
     v_scheduled boolean;
     v_count integer;
 BEGIN
+    -- Rows by id = ANY (an id lives on one shard; the shards prune): index
+    -- probes in any plan, where a join with unnest() may be planned as a
+    -- scan of every partition.
     PERFORM 1
     FROM pgsched.jobs j
-    JOIN unnest(p_jobs, p_shards) AS u(id, shard) ON j.id = u.id AND j.shard = u.shard
-    WHERE j.state = 'waiting'
+    WHERE j.id = ANY (p_jobs) AND j.shard = ANY (p_shards) AND j.state = 'waiting'
     ORDER BY j.id
     FOR UPDATE OF j;
+
+    IF p_met IS NOT NULL THEN
+        UPDATE pgsched.jobs j
+        SET waits_for = j.waits_for - u.met
+        FROM unnest(p_jobs, p_met) AS u(id, met)
+        WHERE j.id = ANY (p_jobs) AND j.shard = ANY (p_shards) AND j.id = u.id
+          AND j.state = 'waiting' AND j.waits_for IS NOT NULL AND u.met > 0;
+    END IF;
 
     WITH released AS (
         UPDATE pgsched.jobs j
         SET state = CASE WHEN j.run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
-            run_at = greatest(j.run_at, p_now)
-        FROM unnest(p_jobs, p_shards) AS u(id, shard)
-        WHERE j.id = u.id AND j.shard = u.shard AND j.state = 'waiting'
-          AND NOT EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.job = j.id)
+            run_at = greatest(j.run_at, p_now),
+            waits_for = NULL
+        WHERE j.id = ANY (p_jobs) AND j.shard = ANY (p_shards) AND j.state = 'waiting'
+          AND CASE WHEN j.waits_for IS NULL
+                   THEN NOT EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.job = j.id)
+                   ELSE j.waits_for <= 0 END
         RETURNING j.queue, j.state
     )
     SELECT pg_catalog.array_agg(DISTINCT r.queue) FILTER (WHERE r.state = 'available'),
@@ -2303,6 +2425,42 @@ BEGIN
         PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
     END IF;
     RETURN v_count;
+END
+$$;
+
+-- functions/_release_callbacks.sql
+-- _release_callbacks
+-- contract: a job (p_id) just ended dead or cancelled: the dependency rows
+-- of its dependents with policy 'run' (batch callbacks) go, as a
+-- completion's would, and every such dependent left with none is made due
+-- (_release). _finish calls it. One index probe on depends_on finds the
+-- rows, so ending the last member of a large batch costs what the first did.
+CREATE OR REPLACE FUNCTION pgsched._release_callbacks(
+    p_id  bigint,
+    p_now timestamptz
+)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_jobs bigint[];
+    v_shards smallint[];
+    v_met integer[];
+BEGIN
+    WITH freed AS (
+        DELETE FROM pgsched.job_dependencies d
+        WHERE d.depends_on = p_id AND d.on_failure = 'run'
+        RETURNING d.job, d.job_shard
+    )
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job),
+           pg_catalog.array_agg(1 ORDER BY f.job)
+    INTO v_jobs, v_shards, v_met
+    FROM freed f;
+    IF v_jobs IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN pgsched._release(v_jobs, v_shards, p_now, v_met);
 END
 $$;
 
@@ -2325,27 +2483,104 @@ AS $$
 DECLARE
     v_jobs bigint[];
     v_shards smallint[];
+    v_met integer[];
 BEGIN
     -- Only what this transaction completed: a stale completion of a job that
     -- since died must not release dependents that wait for its redrive.
-    WITH done AS (
-        SELECT h.id
-        FROM pgsched.job_history h
-        WHERE h.id = ANY (p_ids) AND h.finished_at = p_now AND h.state = 'completed'
-          AND h.finished_xid = pg_catalog.pg_current_xact_id()
-    ), freed AS (
+    -- The rows go by the primary key's leading column, one probe per id: a
+    -- join could be planned as a scan of every dependency row (after a large
+    -- fan-in the statistics make that look cheap), and a batch callback's
+    -- 10,000th member would read the other 9,999 rows.
+    WITH freed AS (
         DELETE FROM pgsched.job_dependencies d
-        USING done
-        WHERE d.depends_on = done.id
+        WHERE d.depends_on = ANY (ARRAY(
+            SELECT h.id
+            FROM pgsched.job_history h
+            WHERE h.id = ANY (p_ids) AND h.finished_at = p_now AND h.state = 'completed'
+              AND h.finished_xid = pg_catalog.pg_current_xact_id()))
         RETURNING d.job, d.job_shard
     )
-    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job)
-    INTO v_jobs, v_shards
-    FROM (SELECT DISTINCT fr.job, fr.job_shard FROM freed fr) f;
+    SELECT pg_catalog.array_agg(f.job ORDER BY f.job), pg_catalog.array_agg(f.job_shard ORDER BY f.job),
+           pg_catalog.array_agg(f.n ORDER BY f.job)
+    INTO v_jobs, v_shards, v_met
+    FROM (SELECT fr.job, fr.job_shard, pg_catalog.count(*)::integer AS n FROM freed fr GROUP BY fr.job, fr.job_shard) f;
     IF v_jobs IS NULL THEN
         RETURN 0;
     END IF;
-    RETURN pgsched._release(v_jobs, v_shards, p_now);
+    RETURN pgsched._release(v_jobs, v_shards, p_now, v_met);
+END
+$$;
+
+-- functions/_replace.sql
+-- _replace
+-- contract: enqueue(on_conflict => 'replace') for a key already held: the
+-- job holding key p_key (tenant p_tenant), while it has not started
+-- (scheduled, available or waiting), takes p_args, p_run_at and p_priority
+-- (a debounce: each event moves the run) and keeps its id, shard, attempts,
+-- lease token history and key; a waiting job keeps waiting for its
+-- dependencies. Returns its id. One UPDATE checks the state and writes, so a
+-- claim that took the row first wins: the UPDATE waits for the claim's row
+-- lock, then sees the job running and changes nothing. Refused with SQLSTATE
+-- PS423, naming the job and its state, once it started (running) or ended
+-- (its key held for the retention); with PS422 when it is another task.
+-- The caller (enqueue) holds the key row's lock, so two replaces of one key
+-- take turns. The claim order is stamped again by tg_jobs__redispatch.
+CREATE OR REPLACE FUNCTION pgsched._replace(
+    p_key      text,
+    p_tenant   text,
+    p_task     text,
+    p_args     jsonb,
+    p_run_at   timestamptz,
+    p_priority integer,
+    p_now      timestamptz
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+    v_shard smallint;
+    v_state pgsched.job_state;
+    v_queue text;
+    v_task text;
+BEGIN
+    SELECT k.job_id, k.shard INTO v_id, v_shard FROM pgsched.idempotency_keys k
+    WHERE k.key = p_key AND k.tenant IS NOT DISTINCT FROM p_tenant;
+    UPDATE pgsched.jobs j
+    SET args = coalesce(p_args, '{}'), run_at = p_run_at, priority = coalesce(p_priority, 0),
+        state = CASE WHEN j.state = 'waiting' THEN 'waiting'
+                     WHEN p_run_at <= p_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state
+    WHERE j.id = v_id AND j.shard = v_shard AND j.task = p_task
+      AND j.state IN ('scheduled', 'available', 'waiting')
+    RETURNING j.state, j.queue INTO v_state, v_queue;
+    IF FOUND THEN
+        IF v_state = 'available' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_jobs', v_queue);
+        ELSIF v_state = 'scheduled' THEN
+            PERFORM pg_catalog.pg_notify('pgsched_scheduled', '');
+        END IF;
+        RETURN v_id;
+    END IF;
+
+    -- Why not: the job's task and where it is now (active, else its latest outcome).
+    SELECT j.task, j.state INTO v_task, v_state FROM pgsched.jobs j WHERE j.id = v_id AND j.shard = v_shard;
+    IF NOT FOUND THEN
+        SELECT h.task, h.state INTO v_task, v_state FROM pgsched.job_history h
+        WHERE h.id = v_id ORDER BY h.finished_at DESC LIMIT 1;
+    END IF;
+    IF v_task IS DISTINCT FROM p_task THEN
+        RAISE EXCEPTION 'pgsched: idempotency_key % is held by job % with task %, not %', pgsched._shown(p_key), v_id,
+                pgsched._shown(v_task), pgsched._shown(p_task)
+            USING ERRCODE = 'PS422', COLUMN = 'idempotency_key', SCHEMA = 'pgsched', TABLE = 'jobs',
+                  HINT = 'on_conflict => ''replace'' changes args, run_at and priority, never the task.';
+    END IF;
+    RAISE EXCEPTION 'pgsched: idempotency_key % is held by job %, which is %: a job is replaced only before it starts',
+            pgsched._shown(p_key), v_id, v_state
+        USING ERRCODE = 'PS423', COLUMN = 'idempotency_key', SCHEMA = 'pgsched', TABLE = 'jobs',
+              HINT = CASE WHEN v_state = 'running'
+                          THEN 'Enqueue with another key for another run, or keep the running one (on_conflict => ''keep'').'
+                          ELSE 'The key is held for the retention after the job ended; key_scope => ''active'' frees it when the job ends.' END;
 END
 $$;
 
@@ -2836,8 +3071,9 @@ $$;
 -- all shards at once (a merge of every shard's index, strict order). Queues
 -- take turns by the same rotation.
 --
--- A queue with a dispatch policy (concurrency or rate limits, tenant
--- fairness) is claimed by _claim_limited, one claimer at a time.
+-- A queue with limits (concurrency or rate) is claimed by _claim_limited,
+-- one claimer at a time. Tenant fairness needs no path of its own: its
+-- shares are in the stamps the index is ordered by (_fair_stamp).
 --
 -- With start_shard NULL, each queue is only that one statement over all
 -- shards: the cheaper pass when little is queued, which workers use when idle.
@@ -2892,12 +3128,12 @@ BEGIN
     IF v_queues IS NULL THEN
         RETURN;
     END IF;
-    -- Queues with a dispatch policy (limits, fairness) take their own path,
+    -- Queues with limits take their own path,
     -- in name order: their locks are always taken in one order (no deadlock).
     SELECT pg_catalog.array_agg(pq.name ORDER BY pq.name) INTO v_limited FROM pgsched.queues pq
     WHERE pq.name = ANY (v_queues)
       AND (pq.concurrency IS NOT NULL OR pq.key_concurrency IS NOT NULL OR pq.rate IS NOT NULL
-           OR pq.key_rate IS NOT NULL OR pq.tenant_fairness);
+           OR pq.key_rate IS NOT NULL);
     IF v_limited IS NOT NULL THEN
         FOREACH v_queue IN ARRAY v_limited LOOP
             RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
@@ -3079,7 +3315,7 @@ BEGIN
         FROM done d
     ), keys AS (
         UPDATE pgsched.idempotency_keys k
-        SET expires_at = CASE WHEN d.service THEN v_now ELSE v_now + v_config.idempotency_retention END
+        SET expires_at = CASE WHEN d.service OR k.scope = 'active' THEN v_now ELSE v_now + v_config.idempotency_retention END
         FROM done d
         WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
     ), notified AS (
@@ -3112,14 +3348,20 @@ $$;
 -- workers (key_concurrency: per concurrency_key); rate / rate_period: at most
 -- N starts per period (key_rate: per key, same period); aging: one priority
 -- step per interval waited (NULL: strict priority); tenant_fairness: claims
--- take turns between tenants; labels: default labels of the queue's jobs.
+-- share the queue between tenants, in proportion to tenant_weights (a JSON
+-- object tenant -> weight, 0.001 <= weight <= 1000; missing tenants weigh 1;
+-- replaced whole, cleared with p_clear 'tenant_weights'; giving them turns
+-- fairness on unless tenant_fairness says otherwise), work-conserving;
+-- labels: default labels of the queue's jobs.
 -- Returns the settings as JSON (durations in seconds) with `restamped`.
 -- A bad value raises invalid_parameter_value and changes nothing.
 --
--- Aging and fairness order the claim index, stamped when a job is written
--- (tg_jobs__dispatch): changing either re-stamps the queue's waiting jobs
+-- Aging, fairness and weights order the claim index, stamped when a job is
+-- written (tg_jobs__dispatch): changing one re-stamps the queue's waiting jobs
 -- once, here (`restamped` says how many), so claims never sort the backlog.
 -- Admin only; refused for a session confined to a tenant.
+DROP FUNCTION IF EXISTS pgsched.configure_queue(text, integer, integer, interval, interval, boolean, integer, integer,
+                                               text[], text[]);
 CREATE OR REPLACE FUNCTION pgsched.configure_queue(
     name            text,
     concurrency     integer  DEFAULT NULL,
@@ -3130,7 +3372,8 @@ CREATE OR REPLACE FUNCTION pgsched.configure_queue(
     key_concurrency integer  DEFAULT NULL,
     key_rate        integer  DEFAULT NULL,
     labels          text[]   DEFAULT NULL,
-    p_clear         text[]   DEFAULT NULL
+    p_clear         text[]   DEFAULT NULL,
+    tenant_weights  jsonb    DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -3146,9 +3389,10 @@ DECLARE
 BEGIN
     PERFORM pgsched._check_unconfined('configure a queue (queues are shared by every tenant)');
     SELECT c INTO v_bad FROM unnest(v_clear) c
-    WHERE c IS NULL OR c NOT IN ('concurrency', 'key_concurrency', 'rate', 'key_rate', 'aging', 'labels', 'all');
+    WHERE c IS NULL OR c NOT IN ('concurrency', 'key_concurrency', 'rate', 'key_rate', 'aging', 'labels',
+                                 'tenant_weights', 'all');
     IF FOUND THEN
-        RAISE EXCEPTION 'pgsched: cannot clear %: p_clear takes concurrency, key_concurrency, rate, key_rate, aging, labels or all',
+        RAISE EXCEPTION 'pgsched: cannot clear %: p_clear takes concurrency, key_concurrency, rate, key_rate, aging, labels, tenant_weights or all',
             coalesce(pgsched._shown(v_bad), 'NULL') USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF configure_queue.name IS NULL OR configure_queue.name !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}$' THEN
@@ -3176,12 +3420,28 @@ BEGIN
     IF configure_queue.labels IS NOT NULL THEN
         PERFORM pgsched._check_labels(configure_queue.labels);
     END IF;
+    IF configure_queue.tenant_weights IS NOT NULL THEN
+        IF pg_catalog.jsonb_typeof(configure_queue.tenant_weights) <> 'object' THEN
+            RAISE EXCEPTION 'pgsched: tenant_weights must be a JSON object of tenant -> weight, not %',
+                    pgsched._shown(configure_queue.tenant_weights::text)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT pg_catalog.format('%s: %s', pgsched._shown(w.key), w.value) INTO v_bad
+        FROM pg_catalog.jsonb_each(configure_queue.tenant_weights) AS w(key, value)
+        WHERE pg_catalog.jsonb_typeof(w.value) <> 'number' OR w.value::text::numeric < 0.001
+           OR w.value::text::numeric > 1000
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: tenant weight %: a weight is a number from 0.001 to 1000', v_bad
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
 
     INSERT INTO pgsched.queues AS q (name) VALUES (configure_queue.name) ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING;
     SELECT * INTO v_old FROM pgsched.queues q WHERE q.name = configure_queue.name FOR UPDATE;
     v_new := v_old;
     IF 'all' = ANY (v_clear) THEN
-        v_clear := ARRAY['concurrency', 'key_concurrency', 'rate', 'key_rate', 'aging', 'labels'];
+        v_clear := ARRAY['concurrency', 'key_concurrency', 'rate', 'key_rate', 'aging', 'labels', 'tenant_weights'];
         v_new.tenant_fairness := false;
     END IF;
     v_new.concurrency := CASE WHEN 'concurrency' = ANY (v_clear) THEN NULL
@@ -3194,8 +3454,13 @@ BEGIN
     v_new.rate_period := CASE WHEN v_new.rate IS NULL AND v_new.key_rate IS NULL THEN NULL
                               ELSE coalesce(configure_queue.rate_period, v_old.rate_period) END;
     v_new.aging := CASE WHEN 'aging' = ANY (v_clear) THEN NULL ELSE coalesce(configure_queue.aging, v_old.aging) END;
-    v_new.tenant_fairness := coalesce(configure_queue.tenant_fairness, v_new.tenant_fairness);
+    -- Weights given turn fairness on, unless the call says otherwise.
+    v_new.tenant_fairness := coalesce(configure_queue.tenant_fairness,
+                                      CASE WHEN configure_queue.tenant_weights IS NOT NULL THEN true END,
+                                      v_new.tenant_fairness);
     v_new.labels := CASE WHEN 'labels' = ANY (v_clear) THEN NULL ELSE coalesce(configure_queue.labels, v_old.labels) END;
+    v_new.tenant_weights := CASE WHEN 'tenant_weights' = ANY (v_clear) THEN NULL
+                                 ELSE coalesce(configure_queue.tenant_weights, v_old.tenant_weights) END;
     IF configure_queue.rate_period IS NOT NULL AND v_new.rate IS NULL AND v_new.key_rate IS NULL THEN
         RAISE EXCEPTION 'pgsched: rate_period without a rate or key_rate' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -3206,7 +3471,8 @@ BEGIN
     UPDATE pgsched.queues q
     SET concurrency = v_new.concurrency, key_concurrency = v_new.key_concurrency, rate = v_new.rate,
         key_rate = v_new.key_rate, rate_period = v_new.rate_period, aging = v_new.aging,
-        tenant_fairness = v_new.tenant_fairness, labels = v_new.labels, updated_at = pg_catalog.now()
+        tenant_fairness = v_new.tenant_fairness, labels = v_new.labels, tenant_weights = v_new.tenant_weights,
+        updated_at = pg_catalog.now()
     WHERE q.name = configure_queue.name;
     IF v_new.rate IS NULL AND v_new.key_rate IS NULL THEN
         DELETE FROM pgsched.rate_windows w WHERE w.queue = configure_queue.name;
@@ -3214,7 +3480,8 @@ BEGIN
         DELETE FROM pgsched.rate_windows w WHERE w.queue = configure_queue.name AND w.rate_key <> '';
     END IF;
 
-    IF (v_new.aging, v_new.tenant_fairness) IS DISTINCT FROM (v_old.aging, v_old.tenant_fairness) THEN
+    IF (v_new.aging, v_new.tenant_fairness) IS DISTINCT FROM (v_old.aging, v_old.tenant_fairness)
+       OR (v_new.tenant_fairness AND v_new.tenant_weights IS DISTINCT FROM v_old.tenant_weights) THEN
         -- Setting queue to itself fires tg_jobs__dispatch (UPDATE OF queue).
         -- Leased jobs are left to their workers; they are stamped again when
         -- they come back with a new run_at.
@@ -3228,8 +3495,37 @@ BEGIN
         'rate', v_new.rate, 'key_rate', v_new.key_rate,
         'rate_period_s', EXTRACT(epoch FROM v_new.rate_period),
         'aging_s', EXTRACT(epoch FROM v_new.aging), 'tenant_fairness', v_new.tenant_fairness,
-        'labels', v_new.labels, 'restamped', v_restamped);
+        'tenant_weights', v_new.tenant_weights, 'labels', v_new.labels, 'restamped', v_restamped);
 END
+$$;
+
+-- functions/dependency_outcomes.sql
+-- dependency_outcomes
+-- contract: for an active job (job_id) enqueued with depends_on, one row per
+-- dependency, in id order: its id, where it is now (its active state, else
+-- its latest outcome: completed, dead or cancelled) and that outcome's result
+-- or error. What a batch callback (on_dependency_failure => 'run') reads as
+-- ctx.dependencies. No rows for a job without dependencies, or one this
+-- session cannot see; a dependency of another tenant than the session's is
+-- left out (a session confined to a tenant sees only its own jobs).
+CREATE OR REPLACE FUNCTION pgsched.dependency_outcomes(job_id bigint)
+RETURNS TABLE (id bigint, state text, result jsonb, error text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT d.id, coalesce(a.state::text, h.state::text), h.result, coalesce(h.error, a.last_error)
+    FROM pgsched.jobs j
+    CROSS JOIN LATERAL (SELECT DISTINCT u.id FROM unnest(j.depends_on) AS u(id)) d
+    LEFT JOIN LATERAL (SELECT x.state, x.last_error, x.tenant FROM pgsched.jobs x
+                       WHERE x.id OPERATOR(pg_catalog.=) d.id LIMIT 1) a ON true
+    LEFT JOIN LATERAL (SELECT y.state, y.result, y.error, y.tenant FROM pgsched.job_history y
+                       WHERE a.state IS NULL AND y.id OPERATOR(pg_catalog.=) d.id
+                       ORDER BY y.finished_at DESC LIMIT 1) h ON true
+    WHERE j.id OPERATOR(pg_catalog.=) dependency_outcomes.job_id
+      AND pgsched._tenant_visible(j.tenant)
+      AND pgsched._tenant_visible(coalesce(a.tenant, h.tenant))
+      AND (a.state IS NOT NULL OR h.state IS NOT NULL)
+    ORDER BY d.id
 $$;
 
 -- functions/enqueue.sql
@@ -3242,17 +3538,27 @@ $$;
 -- A refused value raises with its column named (see _check_job). timeout:
 -- the time limit of each run (NULL: the task's, else none), see start().
 -- With depends_on (job ids), the job waits (state 'waiting') until every
--- dependency completed; on_dependency_failure ('cancel' or 'wait') says what
--- a dependency ending dead or cancelled does to it (see _depend).
+-- dependency completed; on_dependency_failure ('cancel', 'wait' or 'run')
+-- says what a dependency ending dead or cancelled does to it (see _depend):
+-- with 'run' the job runs once every dependency finished, whatever the
+-- outcome (a batch callback; dependency_outcomes() tells them).
 -- trace_context: the caller's trace propagation headers (see docs/otel.md).
 -- concurrency_key (e.g. 'customer:42') is what the queue's per-key limits
 -- count (docs/dispatch.md). tenant: NULL in a session confined to a tenant
 -- is that tenant; its own task policy (pgsched.tasks) wins over the shared one.
+-- on_conflict says what a held key does: 'keep' (the default, also NULL) returns the
+-- holder as it is; 'replace' gives the holder this call's args, run_at and
+-- priority while it has not started (a debounce; refused with PS423 once it
+-- started, see _replace). key_scope says how long the key of a new job is
+-- held: 'retention' (NULL, the default) until the retention after the job
+-- ended, 'active' until it ends. p_now moves the clock (the owner only).
 --
 -- It does itself what the insert trigger does for a plain INSERT (defaults,
 -- the payload limit, the key, the wake-up), then inserts a row naming its
 -- attempt, which the trigger skips (30_triggers.sql): one statement's work
 -- instead of two.
+DROP FUNCTION IF EXISTS pgsched.enqueue(text, jsonb, text, timestamptz, integer, text, integer, text[], text, interval,
+                                       bigint[], text, jsonb, text);
 CREATE OR REPLACE FUNCTION pgsched.enqueue(
     task            text,
     args            jsonb       DEFAULT '{}',
@@ -3267,15 +3573,18 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue(
     depends_on      bigint[]    DEFAULT NULL,
     on_dependency_failure text  DEFAULT 'cancel',
     trace_context   jsonb       DEFAULT NULL,
-    concurrency_key text        DEFAULT NULL
+    concurrency_key text        DEFAULT NULL,
+    on_conflict     text        DEFAULT 'keep',
+    key_scope       text        DEFAULT NULL,
+    p_now           timestamptz DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := pg_catalog.now();
-    v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(enqueue.p_now), pg_catalog.now());
+    v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
     v_shards integer;
     v_limit integer;
     v_default_attempts integer;
@@ -3297,8 +3606,16 @@ BEGIN
     IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
         PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
     END IF;
-    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait') THEN
+    IF enqueue.on_dependency_failure IS NOT NULL AND enqueue.on_dependency_failure NOT IN ('cancel', 'wait', 'run') THEN
         PERFORM pgsched._depend('{}', '{}', '{}', ARRAY[enqueue.on_dependency_failure], v_now, false);
+    END IF;
+    IF enqueue.on_conflict IS NOT NULL AND enqueue.on_conflict NOT IN ('keep', 'replace') THEN
+        RAISE EXCEPTION 'pgsched: on_conflict must be ''keep'' or ''replace'', not %', pgsched._shown(enqueue.on_conflict)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'on_conflict';
+    END IF;
+    IF enqueue.key_scope IS NOT NULL AND enqueue.key_scope NOT IN ('active', 'retention') THEN
+        RAISE EXCEPTION 'pgsched: key_scope must be ''active'' or ''retention'', not %', pgsched._shown(enqueue.key_scope)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
     END IF;
     IF enqueue.idempotency_key IS NULL THEN
         v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
@@ -3307,13 +3624,19 @@ BEGIN
         -- The key row is the lock: a concurrent enqueue of the same key waits
         -- here for the first one's commit, then sees the conflict. A key whose
         -- retention ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
-        VALUES (enqueue.idempotency_key, enqueue.tenant, v_id, v_shard, v_now)
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at, scope)
+        VALUES (enqueue.idempotency_key, enqueue.tenant, v_id, v_shard, v_now, coalesce(enqueue.key_scope, 'retention'))
         ON CONFLICT ON CONSTRAINT idempotency_keys_key_tenant DO UPDATE
-            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL,
+                scope = EXCLUDED.scope
             WHERE k.expires_at < v_now;
         IF NOT FOUND THEN
-            -- A new statement: its snapshot sees the holder we waited for.
+            -- A new statement: its snapshot sees the holder we waited for
+            -- (whose key row this statement locked, also when not updated).
+            IF enqueue.on_conflict = 'replace' THEN
+                RETURN pgsched._replace(enqueue.idempotency_key, enqueue.tenant, enqueue.task, enqueue.args, v_run_at,
+                                        enqueue.priority, v_now);
+            END IF;
             RETURN pgsched._key_holder(enqueue.idempotency_key, enqueue.task, enqueue.args, NULL, enqueue.tenant);
         END IF;
     END IF;
@@ -3322,16 +3645,20 @@ BEGIN
     -- read here, as tg_jobs__dispatch would (which skips a stamped row).
     INSERT INTO pgsched.jobs
         (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, idempotency_key, labels, tenant,
-         timeout, trace_context, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
+         timeout, trace_context, concurrency_key, depends_on, dispatch_group, dispatch_rank, dispatch_at)
     SELECT v_id, v_shard,
            CASE WHEN v_waits THEN 'waiting' WHEN v_run_at <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
            v_queue, enqueue.task, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0), v_run_at, 0,
            coalesce(v_max, t.max_attempts, v_default_attempts), enqueue.idempotency_key,
            CASE WHEN coalesce(enqueue.labels, '{}') = '{}' THEN coalesce(t.labels, q.labels, '{}') ELSE enqueue.labels END,
            enqueue.tenant, enqueue.timeout, enqueue.trace_context, enqueue.concurrency_key,
-           CASE WHEN q.tenant_fairness THEN coalesce(enqueue.tenant, '') ELSE '' END,
+           CASE WHEN v_waits THEN enqueue.depends_on END,
+           CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
            CASE WHEN q.aging IS NULL THEN -coalesce(enqueue.priority, 0) ELSE 0 END,
-           CASE WHEN q.aging IS NULL THEN v_run_at
+           CASE WHEN q.tenant_fairness
+                THEN pgsched._fair_stamp(v_queue, enqueue.tenant, q.tenant_weights, v_run_at, q.aging)
+                     - coalesce(coalesce(enqueue.priority, 0) * q.aging, interval '0')
+                WHEN q.aging IS NULL THEN v_run_at
                 ELSE GREATEST(v_run_at - coalesce(enqueue.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
     FROM (SELECT) AS one
     LEFT JOIN pgsched.queues q ON q.name = v_queue
@@ -3542,6 +3869,10 @@ $$;
 -- timeouts (each run's time limit; NULL: the task's, else none) and
 -- concurrency_keys (what the queue's per-key limits count) are per job, as
 -- in enqueue(). A NULL tenant in a session confined to a tenant is that tenant.
+-- key_scopes: how long each new job's idempotency key is held
+-- ('retention', NULL, or 'active'), as enqueue()'s key_scope.
+DROP FUNCTION IF EXISTS pgsched.enqueue_many(text[], jsonb[], text[], timestamptz[], integer[], text[], integer[],
+                                            text[], jsonb[], jsonb[], text[], jsonb, interval[], text[]);
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -3556,7 +3887,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     on_dependency_failure text[]   DEFAULT NULL,
     trace_context    jsonb         DEFAULT NULL,
     timeouts         interval[]    DEFAULT NULL,
-    concurrency_keys text[]        DEFAULT NULL
+    concurrency_keys text[]        DEFAULT NULL,
+    key_scopes       text[]        DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -3578,6 +3910,7 @@ DECLARE
     v_shard_list smallint[];
     v_final bigint[];
     v_scope text;
+    v_fair timestamptz[];
     v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
                                WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
 BEGIN
@@ -3601,7 +3934,8 @@ BEGIN
                   pg_catalog.array_ndims(on_dependency_failure)),
                  ('timeouts', pg_catalog.cardinality(timeouts), pg_catalog.array_ndims(timeouts)),
                  ('concurrency_keys', pg_catalog.cardinality(concurrency_keys),
-                  pg_catalog.array_ndims(concurrency_keys))) AS a(name, len, dims)
+                  pg_catalog.array_ndims(concurrency_keys)),
+                 ('key_scopes', pg_catalog.cardinality(key_scopes), pg_catalog.array_ndims(key_scopes))) AS a(name, len, dims)
     WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
     LIMIT 1;
     IF FOUND THEN
@@ -3616,6 +3950,13 @@ BEGIN
                          FROM unnest(coalesce(tenants, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
                               WITH ORDINALITY AS u(tenant, ord)
                          ORDER BY u.ord);
+    END IF;
+    SELECT u.scope, u.ord INTO v_bad FROM unnest(key_scopes) WITH ORDINALITY AS u(scope, ord)
+    WHERE u.scope NOT IN ('active', 'retention') ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: row % of the batch: key_scope must be ''active'' or ''retention'', not %',
+                v_bad.ord, pgsched._shown(v_bad.scope)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
     END IF;
     PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
     FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
@@ -3669,7 +4010,14 @@ BEGIN
 
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in naming their attempt, which the trigger
-    -- skips (30_triggers.sql).
+    -- skips (30_triggers.sql). Rows of a queue with tenant fairness get their
+    -- places in its line first, in one statement (_fair_stamps).
+    IF EXISTS (SELECT 1 FROM pgsched.queues q
+               WHERE q.tenant_fairness
+                 AND EXISTS (SELECT 1 FROM unnest(coalesce(queues, ARRAY[NULL::text])) x
+                             WHERE coalesce(x, 'default') = q.name)) THEN
+        v_fair := pgsched._fair_stamps(queues, tenants, run_ats, v_now, v_n);
+    END IF;
     -- Their default labels and claim order are stamped here too, as
     -- tg_jobs__dispatch would (which skips a stamped row).
 
@@ -3694,9 +4042,12 @@ BEGIN
                         THEN coalesce(CASE WHEN tt.name IS NULL THEN ts.labels ELSE tt.labels END, q.labels, '{}')
                         ELSE l.labels END,
                    enqueue_many.trace_context, u.timeout, u.ckey,
-                   CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
+                   CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
-                   CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
+                   CASE WHEN q.tenant_fairness
+                        THEN v_fair[u.ord]
+                             - coalesce(coalesce(u.priority, 0) * q.aging, interval '0')
+                        WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
                         ELSE GREATEST(coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging,
                                       v_now - 1000000 * q.aging) END
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
@@ -3734,12 +4085,12 @@ BEGIN
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey, u.scope,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
         FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on,
-                    timeouts, concurrency_keys)
+                    timeouts, concurrency_keys, key_scopes)
              WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, timeout,
-                                  ckey, ord)
+                                  ckey, scope, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
                CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
@@ -3752,13 +4103,14 @@ BEGIN
         -- Keys are taken in key order, so concurrent batches sharing keys
         -- wait for each other instead of deadlocking. A key whose retention
         -- ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
-        SELECT i.key, i.tenant, i.id, i.shard, v_now
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at, scope)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now, coalesce(i.scope, 'retention')
         FROM input i
         WHERE i.key IS NOT NULL AND i.first_of_key
         ORDER BY i.key
         ON CONFLICT (key, tenant) DO UPDATE
-            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL,
+                scope = EXCLUDED.scope
             WHERE k.expires_at < v_now
         RETURNING k.job_id
     ), inserted AS (
@@ -3776,9 +4128,12 @@ BEGIN
                     THEN coalesce(CASE WHEN tt.name IS NULL THEN ts.labels ELSE tt.labels END, q.labels, '{}')
                     ELSE l.labels END,
                enqueue_many.trace_context, i.timeout, i.ckey,
-               CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
+               CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
-               CASE WHEN q.aging IS NULL THEN i.run_at
+               CASE WHEN q.tenant_fairness
+                    THEN v_fair[i.ord]
+                         - coalesce(coalesce(i.priority, 0) * q.aging, interval '0')
+                    WHEN q.aging IS NULL THEN i.run_at
                     ELSE GREATEST(i.run_at - coalesce(i.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
         FROM input i
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]
@@ -5731,8 +6086,9 @@ $$;
 -- passes a job of priority q due (q - p) x aging later: one priority step per
 -- aging interval waited, fixed once, read by one index scan; never earlier
 -- than now - 1,000,000 x aging (the priority cap). Under tenant
--- fairness dispatch_group is the tenant, so claims can take turns between
--- tenants (see _claim_limited). A new job without labels gets its task's
+-- fairness dispatch_group is '*' and run_at gives way to a virtual time
+-- (_fair_stamp: the tenants' weighted shares), so the claim's index scan
+-- serves tenants in proportion to their weights with no per-tenant reads. A new job without labels gets its task's
 -- default labels, else its queue's (worker pools, docs/dispatch.md).
 -- enqueue() and enqueue_many() stamp the same values in their INSERT, so
 -- their rows skip it (30_triggers.sql); a change here must be made there.
@@ -5744,10 +6100,11 @@ AS $$
 DECLARE
     v_aging interval;
     v_fair boolean;
+    v_weights jsonb;
     v_labels text[];
     v_task_labels text[];
 BEGIN
-    SELECT q.aging, q.tenant_fairness, q.labels INTO v_aging, v_fair, v_labels
+    SELECT q.aging, q.tenant_fairness, q.labels, q.tenant_weights INTO v_aging, v_fair, v_labels, v_weights
     FROM pgsched.queues q WHERE q.name = NEW.queue;
     IF TG_OP = 'INSERT' AND NEW.labels = '{}' THEN
         SELECT t.labels INTO v_task_labels FROM pgsched.tasks t
@@ -5755,8 +6112,13 @@ BEGIN
         ORDER BY t.tenant NULLS LAST LIMIT 1;
         NEW.labels := coalesce(v_task_labels, v_labels, '{}');
     END IF;
-    NEW.dispatch_group := CASE WHEN v_fair THEN coalesce(NEW.tenant, '') ELSE '' END;
-    IF v_aging IS NULL THEN
+    NEW.dispatch_group := CASE WHEN v_fair THEN '*' ELSE '' END;
+    IF v_fair THEN
+        -- A place in the tenants' shared line (virtual time), then priority as below.
+        NEW.dispatch_rank := CASE WHEN v_aging IS NULL THEN -NEW.priority ELSE 0 END;
+        NEW.dispatch_at := pgsched._fair_stamp(NEW.queue, NEW.tenant, v_weights, NEW.run_at, v_aging)
+                           - coalesce(NEW.priority * v_aging, interval '0');
+    ELSIF v_aging IS NULL THEN
         NEW.dispatch_rank := -NEW.priority;
         NEW.dispatch_at := NEW.run_at;
     ELSE
@@ -6245,6 +6607,7 @@ GRANT EXECUTE ON FUNCTION pgsched.enqueue, pgsched.enqueue_many, pgsched.enqueue
     TO pgsched_enqueue;
 GRANT EXECUTE ON FUNCTION pgsched.read_events TO pgsched_enqueue, pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.find_jobs TO pgsched_enqueue, pgsched_worker;
+GRANT EXECUTE ON FUNCTION pgsched.dependency_outcomes TO pgsched_enqueue, pgsched_worker;
 -- Only the columns a user chooses: id, shard, created_at, state, leases and
 -- schedule links come from the database (a named one is permission denied).
 GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts, labels, tenant, timeout, service,

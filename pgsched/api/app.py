@@ -8,7 +8,7 @@ import re
 import select
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -124,6 +124,7 @@ class App:
         retry_jitter: float | None = None,
         labels: Sequence[str] = (),
         timeout: float | None = None,
+        key_scope: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -140,12 +141,16 @@ class App:
         retry_jitter: float | None = None,
         labels: Sequence[str] = (),
         timeout: float | None = None,
+        key_scope: str | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler. ``name`` (what plain SQL enqueues by) defaults to ``module.function``.
 
         retry_backoff / retry_backoff_max are seconds (exponential from the
         first, capped at the second); retry_jitter is the fraction removed at
         random. Unset values fall back to the queue's, then the install's.
+        key_scope: how long an idempotency key of its jobs is held, 'active'
+        (while the job is) or 'retention' (also the retention after it ended,
+        the default); a job's own key_scope wins.
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
@@ -168,6 +173,7 @@ class App:
                 retry_jitter=retry_jitter,
                 labels=labels,
                 timeout=timeout,
+                key_scope=key_scope,
             )
             self.tasks[task_name] = created
             return created
@@ -405,12 +411,17 @@ class App:
         depends_on: Sequence[int] = (),
         on_dependency_failure: str | None = None,
         concurrency_key: str | None = None,
+        on_conflict: str | None = None,
+        key_scope: str | None = None,
     ) -> JobHandle:
         """Enqueue a job of a task by name (registered or not) with JSON args; returns the job id (a JobHandle).
 
         Options left None take the registered task's values, else the database's defaults.
         ``timeout`` (seconds or a timedelta) limits each run: past it the run fails
         ('timed out after N s') and is retried by the task's policy; None: the task's.
+        ``on_conflict='replace'`` gives a job already holding ``idempotency_key`` these args,
+        run time and priority while it has not started (a debounce; ReplaceRefused once it
+        started); ``key_scope='active'`` holds the key only while the job is active.
         """
         registered = task if isinstance(task, Task) else self.tasks.get(task)
         name = task.name if isinstance(task, Task) else task
@@ -433,6 +444,8 @@ class App:
             depends_on=tuple(depends_on),
             on_dependency_failure=on_dependency_failure,
             concurrency_key=concurrency_key,
+            on_conflict=on_conflict,
+            key_scope=key_scope if key_scope is not None else (registered.key_scope if registered else None),
         )
         return self.enqueue_spec(spec, conn=conn)
 
@@ -459,15 +472,20 @@ class App:
                 return JobHandle(int(rows[0][0]), self)
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
 
-    def enqueue_many(self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None) -> list[JobHandle]:
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None, then: JobSpec | None = None
+    ) -> list[JobHandle]:
         """Enqueue many jobs in one statement and one round trip; returns their ids in order.
 
         All or nothing: with ``conn`` the jobs are written in its current
         transaction, else in one transaction of their own; a refused job
         (InvalidJob, naming its 1-based position in the batch, its column and
-        its value) leaves none of them behind.
+        its value) leaves none of them behind. ``then``: a batch callback, a
+        job that runs once every job of the batch finished, whatever the
+        outcome (``on_dependency_failure='run'`` unless it says otherwise),
+        and reads their outcomes in ``ctx.dependencies``; its handle comes last.
         """
-        specs = _plain_jobs(jobs)
+        specs = _with_callback(_plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
@@ -478,10 +496,14 @@ class App:
         return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
 
     async def enqueue_many_async(
-        self, jobs: Iterable[JobSpec], *, conn: psycopg.AsyncConnection[Any] | None = None
+        self,
+        jobs: Iterable[JobSpec],
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        then: JobSpec | None = None,
     ) -> list[JobHandle]:
         """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
-        specs = _plain_jobs(jobs)
+        specs = _with_callback(_plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
@@ -694,6 +716,8 @@ def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[An
         spec.on_dependency_failure,
         trace_context,
         spec.concurrency_key,
+        spec.on_conflict,
+        spec.key_scope,
     )
 
 
@@ -701,6 +725,10 @@ def _service_params(spec: JobSpec) -> tuple[Any, ...]:
     """enqueue_service's parameters: a service has no timeout and no dependencies; it has resource limits."""
     if spec.timeout is not None or spec.depends_on:
         raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
+    if spec.on_conflict == "replace" or spec.key_scope is not None:
+        raise ValueError(
+            f"a {spec.task!r} service holds its idempotency key while it runs: it takes no on_conflict or key_scope"
+        )
     return (*_job_params(spec), spec.memory_limit, spec.cpu_limit)
 
 
@@ -709,7 +737,27 @@ def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
     for i, spec in enumerate(specs):
         if spec.service:
             raise ValueError(f"job {i + 1} of the batch is a service: enqueue services one at a time (enqueue_spec)")
+        if spec.on_conflict == "replace":
+            raise ValueError(f"job {i + 1} of the batch has on_conflict='replace': replace one job at a time (enqueue)")
     return specs
+
+
+def _with_callback(specs: list[JobSpec], then: JobSpec | None) -> list[JobSpec]:
+    """The batch with ``then`` appended, depending on every job of it (a fan-in whatever the outcomes)."""
+    if then is None:
+        return specs
+    if not isinstance(then, JobSpec):
+        raise TypeError(f"then takes a JobSpec (task.job(...)), not {then!r}")
+    if not specs:
+        raise ValueError("then= needs a batch to wait for: the batch is empty")
+    if then.service:
+        raise ValueError("then= cannot be a service: it runs once, after the batch")
+    callback = replace(
+        then,
+        depends_on=(*then.depends_on, *(Ref(i) for i in range(len(specs)))),
+        on_dependency_failure=then.on_dependency_failure or "run",
+    )
+    return [*specs, callback]
 
 
 def _command_params(
@@ -810,6 +858,7 @@ def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = N
         trace_context,
         timeouts,
         keys,
+        [s.key_scope for s in specs] if any(s.key_scope is not None for s in specs) else None,
     )
 
 

@@ -12,15 +12,17 @@ from datetime import timedelta
 from typing import Any, Final
 
 import psycopg
+from psycopg.types.json import Jsonb
 
-CLEARABLE: Final = ("concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "all")
+CLEARABLE: Final = ("concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "tenant_weights", "all")
 
 CONFIGURE: Final = """
 SELECT pgsched.configure_queue(
     %(name)s::text, concurrency => %(concurrency)s::integer, rate => %(rate)s::integer,
     rate_period => %(rate_period)s::interval, aging => %(aging)s::interval,
     tenant_fairness => %(tenant_fairness)s::boolean, key_concurrency => %(key_concurrency)s::integer,
-    key_rate => %(key_rate)s::integer, labels => %(labels)s::text[], p_clear => %(clear)s::text[]) AS settings
+    key_rate => %(key_rate)s::integer, labels => %(labels)s::text[], p_clear => %(clear)s::text[],
+    tenant_weights => %(tenant_weights)s::jsonb) AS settings
 """
 
 _RATE: Final = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
@@ -40,6 +42,21 @@ def parse_rate(text: str, parse_duration: Any) -> tuple[int, timedelta]:
     return int(found.group(1)), period
 
 
+def parse_tenant_weights(items: Sequence[str]) -> dict[str, float]:
+    """['acme=3', 'beta=0.5'] as {'acme': 3, 'beta': 0.5}; the database checks the range (0.001 to 1000)."""
+    weights: dict[str, float] = {}
+    for item in items:
+        tenant, sep, value = item.rpartition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or not tenant or weight != weight:
+            raise ValueError(f"{item!r} is not a tenant weight: use TENANT=WEIGHT, e.g. acme=3")
+        weights[tenant] = int(weight) if weight.is_integer() else weight
+    return weights
+
+
 def configure_queue(
     conn: psycopg.Connection[Any],
     name: str,
@@ -53,6 +70,7 @@ def configure_queue(
     tenant_fairness: bool | None = None,
     labels: Sequence[str] | None = None,
     clear: Sequence[str] = (),
+    tenant_weights: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """pgsched.configure_queue(): None leaves a setting as it is, ``clear`` removes settings; returns them all."""
     params = {
@@ -66,6 +84,7 @@ def configure_queue(
         "tenant_fairness": tenant_fairness,
         "labels": list(labels) if labels is not None else None,
         "clear": list(clear) or None,
+        "tenant_weights": Jsonb(dict(tenant_weights)) if tenant_weights is not None else None,
     }
     row = conn.execute(CONFIGURE, params).fetchone()
     assert row is not None
@@ -98,7 +117,9 @@ def describe(policy: Mapping[str, Any]) -> str:
     if policy.get("aging_s") is not None:
         parts.append(f"aging {_seconds(policy['aging_s'])}")
     if policy.get("tenant_fairness"):
-        parts.append("tenant fairness")
+        weights = policy.get("tenant_weights") or {}
+        shown = ", ".join(f"{t}={w:g}" for t, w in sorted(weights.items()))
+        parts.append(f"tenant fairness (weights {shown})" if shown else "tenant fairness")
     if policy.get("labels"):
         parts.append("labels " + ",".join(policy["labels"]))
     return ", ".join(parts) or "strict priority, no limits"

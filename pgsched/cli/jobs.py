@@ -43,7 +43,8 @@ SELECT pgsched.enqueue(
     run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
     priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
     labels => %(labels)s::text[], tenant => %(tenant)s::text,
-    depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text) AS id
+    depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text,
+    on_conflict => %(on_conflict)s::text, key_scope => %(key_scope)s::text) AS id
 """
 
 ENQUEUE_SERVICE = """
@@ -217,10 +218,25 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
 )
 @click.option(
     "--on-dependency-failure",
-    type=click.Choice(["cancel", "wait"]),
+    type=click.Choice(["cancel", "wait", "run"]),
     default=None,
-    help="A dependency ending dead or cancelled cancels this job, or leaves it waiting for a redrive.  "
-    "[default: cancel]",
+    help="A dependency ending dead or cancelled cancels this job, leaves it waiting for a redrive, or (run) "
+    "lets it run once every dependency finished, whatever the outcome.  [default: cancel]",
+)
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["keep", "replace"]),
+    default="keep",
+    show_default=True,
+    help="A key already held: keep that job as it is, or replace its args, run time and priority while it has "
+    "not started (a debounce: each enqueue pushes the run later).",
+)
+@click.option(
+    "--key-scope",
+    type=click.Choice(["active", "retention"]),
+    default=None,
+    help="How long the idempotency key is held: while the job is active, or also for the retention after it "
+    "ended.  [default: retention]",
 )
 @click.option(
     "--force",
@@ -251,6 +267,8 @@ def enqueue(
     service: bool,
     memory: int | None,
     cpus: float | None,
+    on_conflict: str,
+    key_scope: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue a job of TASK with ARGS_JSON, a JSON object (default {}; '-' reads it from stdin).
@@ -268,7 +286,12 @@ def enqueue(
       echo '{"n": 1}' | pgsched enqueue app.count - --run-at 2030-01-31T09:00:00Z
       pgsched enqueue reports.merge --depends-on 41 --depends-on 42
       pgsched enqueue ingest.consume '{"topic": "orders"}' --service --memory 256M --cpus 0.5
+      pgsched enqueue search.reindex --idempotency-key user:7 --delay 5s --on-conflict replace
     """
+    if on_conflict == "replace" and idempotency_key is None:
+        raise click.UsageError("--on-conflict replace needs --idempotency-key (the job to replace)", ctx=ctx)
+    if key_scope is not None and idempotency_key is None:
+        raise click.UsageError("--key-scope needs --idempotency-key", ctx=ctx)
     if delay is not None and run_at is not None:
         raise click.UsageError("pass either --delay or --run-at, not both", ctx=ctx)
     if (memory is not None or cpus is not None) and not service:
@@ -292,6 +315,8 @@ def enqueue(
         "on_failure": on_dependency_failure,
         "memory_limit": memory,
         "cpu_limit": cpus,
+        "on_conflict": on_conflict,
+        "key_scope": key_scope,
     }
     with state(ctx).connect() as conn:
         if not force:

@@ -456,14 +456,26 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
 @click.option("--key-rate", metavar="N/PERIOD", help="At most N starts per PERIOD per concurrency_key.")
 @click.option("--aging", metavar="DURATION", help="A waiting job gains one priority step per DURATION (30s, 5m).")
 @click.option(
-    "--tenant-fairness/--no-tenant-fairness", default=None, help="Claims take turns between tenants with due jobs."
+    "--tenant-fairness/--no-tenant-fairness",
+    default=None,
+    help="Claims share the queue between tenants with due jobs, in proportion to their weights.",
+)
+@click.option(
+    "--tenant-weight",
+    "tenant_weights",
+    multiple=True,
+    metavar="TENANT=WEIGHT",
+    help="A tenant's share under fairness (repeatable; WEIGHT from 0.001 to 1000, others weigh 1); "
+    "replaces the weights set before and turns fairness on.",
 )
 @click.option("--labels", metavar="A,B", help="Default labels of the queue's jobs (a worker pool).")
 @click.option(
     "--clear",
     "clear",
     multiple=True,
-    type=click.Choice(["concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "all"]),
+    type=click.Choice(
+        ["concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "tenant_weights", "all"]
+    ),
     help="Remove a setting (repeatable); 'all' removes every one and turns fairness off.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the resulting settings as JSON.")
@@ -478,6 +490,7 @@ def configure_queue(
     key_rate: str | None,
     aging: str | None,
     tenant_fairness: bool | None,
+    tenant_weights: tuple[str, ...],
     labels: str | None,
     clear: tuple[str, ...],
     as_json: bool,
@@ -487,12 +500,13 @@ def configure_queue(
     \b
       pgsched queues configure emails --concurrency 20 --rate 100/1s
       pgsched queues configure reports --aging 5m --tenant-fairness
+      pgsched queues configure reports --tenant-weight acme=3 --tenant-weight globex=2
       pgsched queues configure api --key-concurrency 2 --key-rate 10/1m
       pgsched queues configure emails --clear rate
     Every worker obeys at its next claim. Needs pgsched_admin.
     """
     from pgsched.api.dispatch import configure_queue as configure
-    from pgsched.api.dispatch import describe, parse_rate
+    from pgsched.api.dispatch import describe, parse_rate, parse_tenant_weights
 
     period = None
     rate_n = key_rate_n = None
@@ -505,6 +519,7 @@ def configure_queue(
                 raise click.BadParameter("--rate and --key-rate share one period", param_hint="--key-rate")
             period = key_period
         aging_td = parse_duration(aging) if aging is not None else None
+        weights = parse_tenant_weights(tenant_weights) if tenant_weights else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     label_list = [x.strip() for x in labels.split(",")] if labels is not None else None
@@ -521,6 +536,7 @@ def configure_queue(
             tenant_fairness=tenant_fairness,
             labels=label_list,
             clear=clear,
+            tenant_weights=weights,
         )
     if as_json:
         emit_json(settings)

@@ -80,6 +80,21 @@ class Journal(Protocol):
         """Send ctx's pending progress report now (its run ended: before its outcome is written)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """One dependency of a job, as its handler sees it (``ctx.dependencies``): where it is now, and its outcome.
+
+    ``state`` is 'completed', 'dead' or 'cancelled' once it finished (a batch callback,
+    ``on_dependency_failure='run'``, sees all three), else its active state; ``result`` is
+    what a completed one returned, ``error`` why one failed or was cancelled.
+    """
+
+    id: int
+    state: str
+    result: Any = None
+    error: str | None = None
+
+
 @dataclass(eq=False, kw_only=True)
 class JobContext:
     """What a handler can know about the run it is doing, and how it learns to stop.
@@ -116,6 +131,9 @@ class JobContext:
     _progress: tuple[float, str | None] | None = field(default=None, repr=False)  # the last report
     _progress_pending: bool = field(default=False, repr=False)  # told to the journal, not yet taken
     _steps: dict[str, Any] | None = field(default=None, repr=False)  # recorded step results, once loaded
+    # Reads the job's dependencies from the database (set by whatever runs the job); None: nothing to read with.
+    _load_dependencies: Callable[[], tuple[Dependency, ...]] | None = field(default=None, repr=False)
+    _dependencies: tuple[Dependency, ...] | None = field(default=None, repr=False)
 
     @property
     def id(self) -> int:
@@ -154,6 +172,19 @@ class JobContext:
     @property
     def args(self) -> dict[str, Any]:
         return self.job.args
+
+    @property
+    def dependencies(self) -> tuple[Dependency, ...]:
+        """The jobs this one was enqueued to depend on, in id order, each with its state and result or error.
+
+        Read from the database the first time it is asked for (once per run); empty for a
+        job without dependencies. A dependency of another tenant is left out.
+        """
+        if self._dependencies is None:
+            if self._load_dependencies is None:
+                raise RuntimeError(f"job {self.id}: its dependencies cannot be read here (no database at hand)")
+            self._dependencies = self._load_dependencies()
+        return self._dependencies
 
     @property
     def cancel_requested(self) -> bool:

@@ -24,6 +24,16 @@ R = TypeVar("R")
 # The range of pgsched.jobs.priority (CHECK jobs_priority_range).
 PRIORITY_MIN = -1_000_000
 PRIORITY_MAX = 1_000_000
+# What enqueue() takes for on_conflict, key_scope and on_dependency_failure.
+CONFLICT_POLICIES = ("keep", "replace")
+KEY_SCOPES = ("active", "retention")
+DEPENDENCY_POLICIES = ("cancel", "wait", "run")
+
+
+def check_key_scope(value: str | None, what: str) -> None:
+    """A key scope is None (the install's: retention), 'active' or 'retention'; else ValueError."""
+    if value is not None and value not in KEY_SCOPES:
+        raise ValueError(f"{what} must be 'active' or 'retention', not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +64,8 @@ class JobSpec:
     # A service's resource limits (docs/services.md): MiB and CPUs; None: the install default, 0: none.
     memory_limit: int | None = None
     cpu_limit: float | None = None
+    on_conflict: str | None = None  # a held idempotency key: 'keep' (None) the holder, or 'replace' it (debounce)
+    key_scope: str | None = None  # how long the key is held: 'retention' (None) or 'active' (while the job is)
 
     def __post_init__(self) -> None:
         check_resource_limits(self.memory_limit, self.cpu_limit, f"a {self.task!r} job")
@@ -94,11 +106,16 @@ class JobSpec:
                 f"depends_on of a {self.task!r} job must be a sequence of job ids (or JobHandles), and within"
                 f" enqueue_many of JobSpecs or Refs of the same batch, not {self.depends_on!r}"
             )
-        if self.on_dependency_failure not in (None, "cancel", "wait"):
+        if self.on_dependency_failure not in (None, *DEPENDENCY_POLICIES):
             raise ValueError(
-                f"on_dependency_failure of a {self.task!r} job must be 'cancel' or 'wait',"
+                f"on_dependency_failure of a {self.task!r} job must be 'cancel', 'wait' or 'run',"
                 f" not {self.on_dependency_failure!r}"
             )
+        if self.on_conflict not in (None, *CONFLICT_POLICIES):
+            raise ValueError(
+                f"on_conflict of a {self.task!r} job must be 'keep' or 'replace', not {self.on_conflict!r}"
+            )
+        check_key_scope(self.key_scope, f"key_scope of a {self.task!r} job")
 
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""
@@ -156,6 +173,8 @@ _OPTION_NAMES = frozenset(
         "concurrency_key",
         "memory_limit",
         "cpu_limit",
+        "on_conflict",
+        "key_scope",
     }
 )
 
@@ -196,7 +215,9 @@ class Task(Generic[P, R]):
         labels: Sequence[str] = (),
         timeout: float | None = None,
         service: bool = False,
+        key_scope: str | None = None,
     ) -> None:
+        check_key_scope(key_scope, f"key_scope of task {name!r}")
         if service and timeout is not None:
             raise ValueError(f"task {name!r}: a service runs until cancelled and takes no timeout")
         self.service = service
@@ -213,6 +234,7 @@ class Task(Generic[P, R]):
         self.retry_backoff_max = retry_backoff_max
         self.retry_jitter = retry_jitter
         self.labels = tuple(labels)
+        self.key_scope = key_scope  # how long its jobs' idempotency keys are held (None: the install's)
         self.timeout = None if timeout is None else check_timeout(timeout, f"timeout of task {name!r}")
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
@@ -276,6 +298,7 @@ class Task(Generic[P, R]):
             service=self.service,
             memory_limit=self.memory_limit if self.service else None,
             cpu_limit=self.cpu_limit if self.service else None,
+            key_scope=self.key_scope,
         )
 
     def enqueue(self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any) -> JobHandle:
@@ -296,8 +319,9 @@ class Task(Generic[P, R]):
     def using(self, **options: Any) -> BoundTask:
         """Per-job options: queue, run_at, delay, priority, idempotency_key, max_attempts, labels, tenant, timeout,
         service, concurrency_key (docs/dispatch.md), depends_on (job ids or handles; in enqueue_many also
-        JobSpecs or Refs of the same batch) and on_dependency_failure ('cancel', the default, or 'wait'): see
-        docs/dependencies.md."""
+        JobSpecs or Refs of the same batch) and on_dependency_failure ('cancel', the default, 'wait' or 'run'): see
+        docs/dependencies.md; on_conflict ('keep', the default, or 'replace': a debounce) and key_scope ('retention',
+        the default, or 'active') for the idempotency key."""
         unknown = set(options) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")

@@ -6,7 +6,7 @@
 -- is then refused as such, never as "function does not exist".
 SELECT pgsched.enqueue(%s::text, %s::jsonb, %s::text, coalesce(%s::timestamptz, now() + %s::interval), %s::integer,
                        %s::text, %s::integer, %s::text[], %s::text, %s::interval, %s::bigint[], %s::text,
-                       %s::jsonb, %s::text);
+                       %s::jsonb, %s::text, %s::text, %s::text);
 
 -- name: enqueue_command
 SELECT pgsched.enqueue_command(%s::text[], %s::jsonb, %s::text, %s::interval, %s::text, %s::integer,
@@ -33,7 +33,7 @@ SELECT job_id FROM pgsched.enqueue_many(
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)),
     (SELECT pg_catalog.array_agg(d.e ORDER BY d.n)
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS d(e, n)),
-    %s::text[], %s::jsonb, %s::interval[], %s::text[]);
+    %s::text[], %s::jsonb, %s::interval[], %s::text[], %s::text[]);
 
 -- name: claim
 SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
@@ -207,7 +207,7 @@ SELECT state, task, args::text, attempt, worker, created_at, started_at, finishe
 -- Each configured queue's dispatch policy (pgsched.configure_queue), durations in seconds.
 SELECT q.name AS queue, q.concurrency, q.key_concurrency, q.rate, q.key_rate,
        EXTRACT(EPOCH FROM q.rate_period)::double precision AS rate_period_s,
-       EXTRACT(EPOCH FROM q.aging)::double precision AS aging_s, q.tenant_fairness, q.labels
+       EXTRACT(EPOCH FROM q.aging)::double precision AS aging_s, q.tenant_fairness, q.tenant_weights, q.labels
 FROM pgsched.queues q
 WHERE q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL OR q.rate IS NOT NULL OR q.key_rate IS NOT NULL
    OR q.aging IS NOT NULL OR q.tenant_fairness OR q.labels IS NOT NULL
@@ -285,3 +285,6 @@ SELECT progress, progress_note, progress_at, steps FROM (
 -- name: job_limits
 -- A service job's resource limits (MiB, CPUs), read by a --pool process worker when its run starts.
 SELECT memory_limit, cpu_limit FROM pgsched.jobs WHERE id = %s AND shard = %s;
+-- A job's dependencies with their outcomes (ctx.dependencies).
+-- name: dependency_outcomes
+SELECT id, state, result, error FROM pgsched.dependency_outcomes(%s::bigint);

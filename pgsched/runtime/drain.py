@@ -25,6 +25,7 @@ from pgsched.core.outcome import Kind, Outcome, from_exception, success
 from pgsched.db import queries
 from pgsched.errors import GiveUp, Retry, Snooze, from_psycopg
 from pgsched.observe import otel
+from pgsched.runtime import dependencies
 from pgsched.runtime.completer import _RawJson
 from pgsched.runtime.journal import ConnJournal
 
@@ -90,7 +91,7 @@ def drain(
             if not jobs:
                 break
             for job in jobs:
-                ctx = JobContext(job=job, worker=worker)
+                ctx = JobContext(job=job, worker=worker, _load_dependencies=dependencies.on(db, job.id))
                 journal = ConnJournal(db)
                 ctx._journal = journal
                 if otel.ENABLED and otel.live():

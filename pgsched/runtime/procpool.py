@@ -23,6 +23,7 @@ from typing import Any
 
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.outcome import Kind, Outcome, timed_out
+from pgsched.runtime import dependencies
 from pgsched.runtime.limits import RunLimits, mechanism
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,13 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
             return
         job, worker, timeout = message
         assert isinstance(job, ClaimedJob)
-        ctx = JobContext(job=job, worker=worker, timeout=timeout, _journal=journal)
+        ctx = JobContext(
+            job=job,
+            worker=worker,
+            timeout=timeout,
+            _journal=journal,
+            _load_dependencies=dependencies.from_dsn(app.dsn, job.id),
+        )
         outcome = run_sync(app.tasks.get(job.task), ctx, lambda value: asyncio.run(_await(value)))
         try:
             conn.send(outcome)

@@ -34,7 +34,7 @@ from pgsched.db.settings import is_embedded_fallback
 from pgsched.errors import ConfigurationError
 from pgsched.observe.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.observe.redact import describe
-from pgsched.runtime import burst
+from pgsched.runtime import burst, dependencies
 from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
@@ -417,7 +417,7 @@ class Worker:
             jobs = [entry for entry in jobs if entry[0].task in self.app.tasks]
         if not jobs:
             return claimed
-        contexts = [_context(job, self.name, outcome, timeout) for job, outcome, timeout in jobs]
+        contexts = [_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
         with self._lock:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
@@ -756,9 +756,9 @@ def _claimed(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k not in ("started", "timeout")}
 
 
-def _context(job: ClaimedJob, worker: str, started: str | None, timeout: float | None) -> JobContext:
+def _context(job: ClaimedJob, worker: str, started: str | None, timeout: float | None, dsn: str) -> JobContext:
     """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
-    ctx = JobContext(job=job, worker=worker, timeout=timeout)
+    ctx = JobContext(job=job, worker=worker, timeout=timeout, _load_dependencies=dependencies.from_dsn(dsn, job.id))
     if started == "started":
         ctx._stamped = True
     elif started == "cancel_requested":

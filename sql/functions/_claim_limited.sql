@@ -1,6 +1,6 @@
 -- _claim_limited
--- contract: claim()'s path for a queue with a dispatch policy (concurrency
--- or rate limits, per-key limits, tenant fairness; docs/dispatch.md): leases
+-- contract: claim()'s path for a queue with limits (concurrency or rate
+-- limits, per-key limits; docs/dispatch.md): leases
 -- up to p_n of its due jobs as claim() does, never more than the limits
 -- allow at this moment, and returns them in claim()'s shape.
 --
@@ -10,12 +10,11 @@
 -- leases that have not expired (a SIGKILLed worker's slot frees when its
 -- lease runs out, with nothing to repair); rates count the starts recorded
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
--- Under fairness, the tenants with due jobs (one index probe each) are taken
--- in turn (round robin), ceil(n / tenants) jobs each, heads first.
--- Without fairness, as claim() does for a busy worker: the best due
--- priority over all shards, its jobs read one shard at a time from a
--- rotating one (a batch is usually one statement), then what it could not
--- fill in strict order over all shards, so priority holds across shards.
+-- As claim() does for a busy worker: the best due priority over all shards,
+-- its jobs read one shard at a time from a rotating one (a batch is usually
+-- one statement), then what it could not fill in strict order over all
+-- shards, so priority holds across shards. Under tenant fairness the index
+-- order is the tenants' shares already (_fair_stamp).
 -- Per-key limits skip jobs whose key is full, reading at most 1000
 -- candidates per shard. Like claim(), it writes no audit event (the row
 -- keeps claimed_at; see pgsched.job_timeline).
@@ -43,10 +42,7 @@ DECLARE
     v_q pgsched.queues;
     v_k integer := p_n;
     v_keyed boolean;
-    v_groups text[];
-    v_ng integer;
     v_off integer;
-    v_per integer;
     v_scan integer;
     v_ids bigint[] := '{}';
     v_shards smallint[] := '{}';
@@ -83,47 +79,34 @@ BEGIN
     v_keyed := v_q.key_concurrency IS NOT NULL OR v_q.key_rate IS NOT NULL;
     v_scan := CASE WHEN v_keyed THEN least(v_k * 10 + 100, 1000) ELSE v_k END;
 
-    IF v_q.tenant_fairness THEN
-        -- The tenants with due jobs: a loose scan of the claim index.
-        WITH RECURSIVE g AS (
-            (SELECT j.dispatch_group AS grp FROM pgsched.jobs j
-             WHERE j.state = 'available' AND j.queue = p_queue
-             ORDER BY j.dispatch_group LIMIT 1)
-            UNION ALL
-            SELECT (SELECT j.dispatch_group FROM pgsched.jobs j
-                    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group > g.grp
-                    ORDER BY j.dispatch_group LIMIT 1)
-            FROM g WHERE g.grp IS NOT NULL
-        )
-        SELECT pg_catalog.array_agg(g.grp) INTO v_groups FROM g WHERE g.grp IS NOT NULL
-          AND (p_scope IS NULL OR g.grp = p_scope);
-        v_ng := coalesce(pg_catalog.cardinality(v_groups), 0);
-        IF v_ng = 0 THEN
-            RETURN;
-        END IF;
-        -- Turns start where the last claims left off, with no cursor to
-        -- write: the lease token sequence moved by one per job leased since,
-        -- so a claim that served k tenants moves the next start k tenants on.
-        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_ng)::integer INTO v_off
-        FROM pgsched.lease_token_seq s;
-        v_groups := v_groups[v_off + 1 :] || v_groups[: v_off];
-        v_ng := least(v_ng, v_k);
-        v_per := CASE WHEN v_keyed THEN v_scan ELSE (v_k + v_ng - 1) / v_ng END;
+    -- As claim() does for a busy worker: the best due level (priority)
+    -- over all shards, its jobs shard by shard from a rotating one (the
+    -- batch usually comes from one partition, one statement), then the
+    -- rest in strict order over all shards at once.
+    SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
+    FROM pgsched.jobs j
+    WHERE j.state = 'available' AND j.queue = p_queue
+      AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+      AND (p_scope IS NULL OR j.tenant = p_scope)
+    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT c.shards INTO v_nshards FROM pgsched.config c;
+    SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
+    FROM pgsched.lease_token_seq s;
+    FOR i IN 0 .. v_nshards - 1 LOOP
+        EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
+        v_shard := ((v_off + i) % v_nshards)::smallint;
         FOR v_cand IN
-            SELECT c.id, c.shard, c.concurrency_key
-            FROM unnest(v_groups[1 : v_ng]) WITH ORDINALITY AS g(grp, pos)
-            CROSS JOIN LATERAL (
-                SELECT j.id, j.shard, j.concurrency_key,
-                       pg_catalog.row_number() OVER (ORDER BY j.dispatch_rank, j.dispatch_at, j.id) AS rn
-                FROM (SELECT j.id, j.shard, j.concurrency_key, j.dispatch_rank, j.dispatch_at
-                      FROM pgsched.jobs j
-                      WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = g.grp
-                        AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-                        AND (p_scope IS NULL OR j.tenant = p_scope)
-                      ORDER BY j.dispatch_rank, j.dispatch_at, j.id
-                      LIMIT v_per) j
-            ) c
-            ORDER BY c.rn, g.pos
+            SELECT j.id, j.shard, j.concurrency_key
+            FROM pgsched.jobs j
+            WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
+              AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
+              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+              AND (p_scope IS NULL OR j.tenant = p_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
             LIMIT v_scan
         LOOP
             EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
@@ -135,67 +118,26 @@ BEGIN
             v_ids := v_ids || v_cand.id;
             v_shards := v_shards || v_cand.shard;
         END LOOP;
-    ELSE
-        -- As claim() does for a busy worker: the best due level (priority)
-        -- over all shards, its jobs shard by shard from a rotating one (the
-        -- batch usually comes from one partition, one statement), then the
-        -- rest in strict order over all shards at once.
-        SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
-        FROM pgsched.jobs j
-        WHERE j.state = 'available' AND j.queue = p_queue
-          AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-          AND (p_scope IS NULL OR j.tenant = p_scope)
-        ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-        LIMIT 1;
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
-        SELECT c.shards INTO v_nshards FROM pgsched.config c;
-        SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
-        FROM pgsched.lease_token_seq s;
-        FOR i IN 0 .. v_nshards - 1 LOOP
+    END LOOP;
+    IF pg_catalog.cardinality(v_ids) < v_k THEN
+        FOR v_cand IN
+            SELECT j.id, j.shard, j.concurrency_key
+            FROM pgsched.jobs j
+            WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
+              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
+              AND (p_scope IS NULL OR j.tenant = p_scope)
+            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            LIMIT v_scan
+        LOOP
             EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-            v_shard := ((v_off + i) % v_nshards)::smallint;
-            FOR v_cand IN
-                SELECT j.id, j.shard, j.concurrency_key
-                FROM pgsched.jobs j
-                WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
-                  AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
-                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-                  AND (p_scope IS NULL OR j.tenant = p_scope)
-                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                LIMIT v_scan
-            LOOP
-                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                    CONTINUE WHEN v_left <= 0;
-                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-                END IF;
-                v_ids := v_ids || v_cand.id;
-                v_shards := v_shards || v_cand.shard;
-            END LOOP;
+            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+                CONTINUE WHEN v_left <= 0;
+                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+            END IF;
+            v_ids := v_ids || v_cand.id;
+            v_shards := v_shards || v_cand.shard;
         END LOOP;
-        IF pg_catalog.cardinality(v_ids) < v_k THEN
-            FOR v_cand IN
-                SELECT j.id, j.shard, j.concurrency_key
-                FROM pgsched.jobs j
-                WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
-                  AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-                  AND (p_scope IS NULL OR j.tenant = p_scope)
-                ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                LIMIT v_scan
-            LOOP
-                EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-                IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                    v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                    CONTINUE WHEN v_left <= 0;
-                    v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-                END IF;
-                v_ids := v_ids || v_cand.id;
-                v_shards := v_shards || v_cand.shard;
-            END LOOP;
-        END IF;
     END IF;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;

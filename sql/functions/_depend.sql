@@ -2,12 +2,15 @@
 -- contract: gives the just-inserted waiting jobs p_ids (on p_shards) their
 -- dependencies: p_deps[i] is a JSON array of job ids, and in a batch also of
 -- references to earlier rows of it as negative 1-based positions (-1: the
--- first row); p_policies[i] ('cancel', the default, or 'wait') says what a
--- dead or cancelled dependency does to job i. A dependency still active is
+-- first row); p_policies[i] ('cancel', the default, 'wait' or 'run') says
+-- what a dead or cancelled dependency does to job i ('run': nothing, it
+-- counts as finished). A dependency still active is
 -- held (FOR KEY SHARE: it cannot finish before this transaction commits)
 -- and becomes a row of pgsched.job_dependencies; one that completed
 -- (history) is met; one dead or cancelled applies the policy at once
--- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive).
+-- ('cancel': the job is filed cancelled; 'wait': it waits for a redrive;
+-- 'run': it is met). In a batch, each job's depends_on column gets its
+-- dependencies' ids, references resolved (enqueue() writes its own).
 -- A job with nothing left to wait for is made due (_release). A bad
 -- element, a reference to the row itself or a later one, an id this
 -- session cannot see (another tenant's, or none), or one not smaller than
@@ -59,7 +62,7 @@ BEGIN
     END IF;
 
     SELECT u.ord, u.deps, u.policy, e.v,
-           CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait') THEN 'policy'
+           CASE WHEN u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait', 'run') THEN 'policy'
                 WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' THEN 'shape'
                 WHEN pg_catalog.jsonb_typeof(e.v) <> 'number' OR e.v::numeric <> pg_catalog.trunc(e.v::numeric)
                      OR e.v::numeric = 0 OR e.v::numeric > 9223372036854775807 THEN 'element'
@@ -69,7 +72,7 @@ BEGIN
     FROM unnest(p_deps, p_policies) WITH ORDINALITY AS u(deps, policy, ord)
     LEFT JOIN LATERAL pg_catalog.jsonb_array_elements(
         CASE WHEN pg_catalog.jsonb_typeof(u.deps) = 'array' THEN u.deps END) AS e(v) ON true
-    WHERE (u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait'))
+    WHERE (u.policy IS NOT NULL AND u.policy NOT IN ('cancel', 'wait', 'run'))
        OR pg_catalog.jsonb_typeof(u.deps) <> 'array'
        OR pg_catalog.jsonb_typeof(e.v) <> 'number'
        OR e.v::numeric <> pg_catalog.trunc(e.v::numeric) OR e.v::numeric = 0
@@ -82,7 +85,7 @@ BEGIN
             v_row := pg_catalog.format('row %s of the batch: ', v_bad.ord);
         END IF;
         IF v_bad.problem = 'policy' THEN
-            RAISE EXCEPTION 'pgsched: %on_dependency_failure must be ''cancel'' or ''wait'', not %',
+            RAISE EXCEPTION 'pgsched: %on_dependency_failure must be ''cancel'', ''wait'' or ''run'', not %',
                     v_row, pgsched._shown(v_bad.policy)
                 USING ERRCODE = 'invalid_parameter_value', COLUMN = 'on_dependency_failure';
         ELSIF v_bad.problem = 'reference' AND p_batch THEN
@@ -180,12 +183,26 @@ BEGIN
                   HINT = 'Within a batch, name earlier rows (-1 is the first row): ids grow in enqueue order.';
     END IF;
 
-    -- Rows for every dependency not met: active ones, and failed ones a job waits out.
-    INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
-    SELECT e.dep, e.job, e.shard, e.policy
-    FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
-    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
-      AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep));
+    -- Rows for every dependency not met: active ones, and failed ones a job waits out
+    -- ('run': a dependency dead or cancelled already is met, like a completed one).
+    -- Each job counts its rows (waits_for: what _release counts down), and in a
+    -- batch learns its dependencies' ids (depends_on: enqueue() wrote its own).
+    WITH added AS (
+        INSERT INTO pgsched.job_dependencies (depends_on, job, job_shard, on_failure)
+        SELECT e.dep, e.job, e.shard, e.policy
+        FROM unnest(v_on, v_jobs, v_job_shards, v_on_failure) AS e(dep, job, shard, policy)
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(v_met) AS m(id) WHERE m.id = e.dep)
+          AND (e.policy = 'wait' OR NOT EXISTS (SELECT 1 FROM unnest(v_failed) AS f(id) WHERE f.id = e.dep))
+        RETURNING job
+    )
+    UPDATE pgsched.jobs j
+    SET waits_for = coalesce(n.rows, 0),
+        depends_on = CASE WHEN p_batch THEN x.deps ELSE j.depends_on END
+    FROM (SELECT e.job, e.shard, pg_catalog.array_agg(e.dep ORDER BY e.dep) AS deps
+          FROM unnest(v_jobs, v_job_shards, v_on) AS e(job, shard, dep)
+          GROUP BY e.job, e.shard) x
+    LEFT JOIN (SELECT a.job, pg_catalog.count(*)::integer AS rows FROM added a GROUP BY a.job) n ON n.job = x.job
+    WHERE j.id = x.job AND j.shard = x.shard;
 
     -- A dependency already dead or cancelled: the policy, at once.
     FOR v_bad IN

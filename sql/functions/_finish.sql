@@ -9,7 +9,8 @@
 -- pgsched.config.events is on; payload in docs/events.md, the same as
 -- complete()'s); a waiting job's dependency rows dropped, and a dead or
 -- cancelled job's dependents cancelled or left waiting by their policy
--- (_fail_dependents). Callers do the check-and-write; this only files.
+-- (_fail_dependents), or made due ('run', _release_callbacks). Callers do
+-- the check-and-write; this only files.
 CREATE OR REPLACE FUNCTION pgsched._finish(
     p_job    pgsched.jobs,
     p_state  pgsched.job_state,
@@ -64,10 +65,16 @@ BEGIN
        AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'cancel') THEN
         PERFORM pgsched._fail_dependents(p_job.id, p_state, p_now);
     END IF;
+    IF p_state <> 'completed'
+       AND EXISTS (SELECT 1 FROM pgsched.job_dependencies d WHERE d.depends_on = p_job.id AND d.on_failure = 'run') THEN
+        PERFORM pgsched._release_callbacks(p_job.id, p_now);
+    END IF;
     IF p_job.idempotency_key IS NOT NULL THEN
         UPDATE pgsched.idempotency_keys k
-        -- A service's key is free again once it ended: the next enqueue starts it anew.
-        SET expires_at = CASE WHEN p_job.service THEN p_now ELSE p_now + v_config.idempotency_retention END
+        -- A service's key, and a key of scope 'active', is free again once
+        -- the job ended: the next enqueue starts it anew.
+        SET expires_at = CASE WHEN p_job.service OR k.scope = 'active' THEN p_now
+                              ELSE p_now + v_config.idempotency_retention END
         WHERE k.key = p_job.idempotency_key AND k.job_id = p_job.id;
     END IF;
 END

@@ -20,8 +20,9 @@
 -- all shards at once (a merge of every shard's index, strict order). Queues
 -- take turns by the same rotation.
 --
--- A queue with a dispatch policy (concurrency or rate limits, tenant
--- fairness) is claimed by _claim_limited, one claimer at a time.
+-- A queue with limits (concurrency or rate) is claimed by _claim_limited,
+-- one claimer at a time. Tenant fairness needs no path of its own: its
+-- shares are in the stamps the index is ordered by (_fair_stamp).
 --
 -- With start_shard NULL, each queue is only that one statement over all
 -- shards: the cheaper pass when little is queued, which workers use when idle.
@@ -76,12 +77,12 @@ BEGIN
     IF v_queues IS NULL THEN
         RETURN;
     END IF;
-    -- Queues with a dispatch policy (limits, fairness) take their own path,
+    -- Queues with limits take their own path,
     -- in name order: their locks are always taken in one order (no deadlock).
     SELECT pg_catalog.array_agg(pq.name ORDER BY pq.name) INTO v_limited FROM pgsched.queues pq
     WHERE pq.name = ANY (v_queues)
       AND (pq.concurrency IS NOT NULL OR pq.key_concurrency IS NOT NULL OR pq.rate IS NOT NULL
-           OR pq.key_rate IS NOT NULL OR pq.tenant_fairness);
+           OR pq.key_rate IS NOT NULL);
     IF v_limited IS NOT NULL THEN
         FOREACH v_queue IN ARRAY v_limited LOOP
             RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,

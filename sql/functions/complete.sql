@@ -63,7 +63,7 @@ BEGIN
         FROM done d
     ), keys AS (
         UPDATE pgsched.idempotency_keys k
-        SET expires_at = CASE WHEN d.service THEN v_now ELSE v_now + v_config.idempotency_retention END
+        SET expires_at = CASE WHEN d.service OR k.scope = 'active' THEN v_now ELSE v_now + v_config.idempotency_retention END
         FROM done d
         WHERE d.idempotency_key IS NOT NULL AND k.key = d.idempotency_key AND k.job_id = d.id
     ), notified AS (

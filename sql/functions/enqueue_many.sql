@@ -17,6 +17,10 @@
 -- timeouts (each run's time limit; NULL: the task's, else none) and
 -- concurrency_keys (what the queue's per-key limits count) are per job, as
 -- in enqueue(). A NULL tenant in a session confined to a tenant is that tenant.
+-- key_scopes: how long each new job's idempotency key is held
+-- ('retention', NULL, or 'active'), as enqueue()'s key_scope.
+DROP FUNCTION IF EXISTS pgsched.enqueue_many(text[], jsonb[], text[], timestamptz[], integer[], text[], integer[],
+                                            text[], jsonb[], jsonb[], text[], jsonb, interval[], text[]);
 CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     tasks            text[],
     args             jsonb[]       DEFAULT NULL,
@@ -31,7 +35,8 @@ CREATE OR REPLACE FUNCTION pgsched.enqueue_many(
     on_dependency_failure text[]   DEFAULT NULL,
     trace_context    jsonb         DEFAULT NULL,
     timeouts         interval[]    DEFAULT NULL,
-    concurrency_keys text[]        DEFAULT NULL
+    concurrency_keys text[]        DEFAULT NULL,
+    key_scopes       text[]        DEFAULT NULL
 )
 RETURNS TABLE (ord bigint, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -53,6 +58,7 @@ DECLARE
     v_shard_list smallint[];
     v_final bigint[];
     v_scope text;
+    v_fair timestamptz[];
     v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
                                WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
 BEGIN
@@ -76,7 +82,8 @@ BEGIN
                   pg_catalog.array_ndims(on_dependency_failure)),
                  ('timeouts', pg_catalog.cardinality(timeouts), pg_catalog.array_ndims(timeouts)),
                  ('concurrency_keys', pg_catalog.cardinality(concurrency_keys),
-                  pg_catalog.array_ndims(concurrency_keys))) AS a(name, len, dims)
+                  pg_catalog.array_ndims(concurrency_keys)),
+                 ('key_scopes', pg_catalog.cardinality(key_scopes), pg_catalog.array_ndims(key_scopes))) AS a(name, len, dims)
     WHERE a.len IS NOT NULL AND (a.len <> v_n OR a.dims > 1)
     LIMIT 1;
     IF FOUND THEN
@@ -91,6 +98,13 @@ BEGIN
                          FROM unnest(coalesce(tenants, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
                               WITH ORDINALITY AS u(tenant, ord)
                          ORDER BY u.ord);
+    END IF;
+    SELECT u.scope, u.ord INTO v_bad FROM unnest(key_scopes) WITH ORDINALITY AS u(scope, ord)
+    WHERE u.scope NOT IN ('active', 'retention') ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: row % of the batch: key_scope must be ''active'' or ''retention'', not %',
+                v_bad.ord, pgsched._shown(v_bad.scope)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
     END IF;
     PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
     FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
@@ -144,7 +158,14 @@ BEGIN
 
     -- Set-based, the work the insert trigger does row by row for a plain
     -- INSERT; the rows then go in naming their attempt, which the trigger
-    -- skips (30_triggers.sql).
+    -- skips (30_triggers.sql). Rows of a queue with tenant fairness get their
+    -- places in its line first, in one statement (_fair_stamps).
+    IF EXISTS (SELECT 1 FROM pgsched.queues q
+               WHERE q.tenant_fairness
+                 AND EXISTS (SELECT 1 FROM unnest(coalesce(queues, ARRAY[NULL::text])) x
+                             WHERE coalesce(x, 'default') = q.name)) THEN
+        v_fair := pgsched._fair_stamps(queues, tenants, run_ats, v_now, v_n);
+    END IF;
     -- Their default labels and claim order are stamped here too, as
     -- tg_jobs__dispatch would (which skips a stamped row).
 
@@ -169,9 +190,12 @@ BEGIN
                         THEN coalesce(CASE WHEN tt.name IS NULL THEN ts.labels ELSE tt.labels END, q.labels, '{}')
                         ELSE l.labels END,
                    enqueue_many.trace_context, u.timeout, u.ckey,
-                   CASE WHEN q.tenant_fairness THEN coalesce(u.tenant, '') ELSE '' END,
+                   CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                    CASE WHEN q.aging IS NULL THEN -coalesce(u.priority, 0) ELSE 0 END,
-                   CASE WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
+                   CASE WHEN q.tenant_fairness
+                        THEN v_fair[u.ord]
+                             - coalesce(coalesce(u.priority, 0) * q.aging, interval '0')
+                        WHEN q.aging IS NULL THEN coalesce(u.run_at, v_now)
                         ELSE GREATEST(coalesce(u.run_at, v_now) - coalesce(u.priority, 0) * q.aging,
                                       v_now - 1000000 * q.aging) END
             FROM unnest(tasks, args, queues, run_ats, priorities, max_attempts, tenants, labels, depends_on, timeouts,
@@ -209,12 +233,12 @@ BEGIN
         -- ids are drawn while the input is read in order, so they grow in
         -- input order (a batch runs first-in, first-out)
         SELECT u.ord, u.task, u.args, coalesce(u.queue, 'default') AS queue, coalesce(u.run_at, v_now) AS run_at,
-               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey,
+               u.priority, u.key, u.max_attempts, u.tenant, u.labels, u.deps, u.timeout, u.ckey, u.scope,
                pg_catalog.nextval('pgsched.jobs_id_seq') AS id
         FROM unnest(tasks, args, queues, run_ats, priorities, idempotency_keys, max_attempts, tenants, labels, depends_on,
-                    timeouts, concurrency_keys)
+                    timeouts, concurrency_keys, key_scopes)
              WITH ORDINALITY AS u(task, args, queue, run_at, priority, key, max_attempts, tenant, labels, deps, timeout,
-                                  ckey, ord)
+                                  ckey, scope, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
                CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
@@ -227,13 +251,14 @@ BEGIN
         -- Keys are taken in key order, so concurrent batches sharing keys
         -- wait for each other instead of deadlocking. A key whose retention
         -- ran out is free again.
-        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at)
-        SELECT i.key, i.tenant, i.id, i.shard, v_now
+        INSERT INTO pgsched.idempotency_keys AS k (key, tenant, job_id, shard, created_at, scope)
+        SELECT i.key, i.tenant, i.id, i.shard, v_now, coalesce(i.scope, 'retention')
         FROM input i
         WHERE i.key IS NOT NULL AND i.first_of_key
         ORDER BY i.key
         ON CONFLICT (key, tenant) DO UPDATE
-            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL
+            SET job_id = EXCLUDED.job_id, shard = EXCLUDED.shard, created_at = EXCLUDED.created_at, expires_at = NULL,
+                scope = EXCLUDED.scope
             WHERE k.expires_at < v_now
         RETURNING k.job_id
     ), inserted AS (
@@ -251,9 +276,12 @@ BEGIN
                     THEN coalesce(CASE WHEN tt.name IS NULL THEN ts.labels ELSE tt.labels END, q.labels, '{}')
                     ELSE l.labels END,
                enqueue_many.trace_context, i.timeout, i.ckey,
-               CASE WHEN q.tenant_fairness THEN coalesce(i.tenant, '') ELSE '' END,
+               CASE WHEN q.tenant_fairness THEN '*' ELSE '' END,
                CASE WHEN q.aging IS NULL THEN -coalesce(i.priority, 0) ELSE 0 END,
-               CASE WHEN q.aging IS NULL THEN i.run_at
+               CASE WHEN q.tenant_fairness
+                    THEN v_fair[i.ord]
+                         - coalesce(coalesce(i.priority, 0) * q.aging, interval '0')
+                    WHEN q.aging IS NULL THEN i.run_at
                     ELSE GREATEST(i.run_at - coalesce(i.priority, 0) * q.aging, v_now - 1000000 * q.aging) END
         FROM input i
         CROSS JOIN LATERAL (SELECT CASE WHEN i.labels IS NULL THEN '{}'::text[]

@@ -7,8 +7,9 @@
 -- passes a job of priority q due (q - p) x aging later: one priority step per
 -- aging interval waited, fixed once, read by one index scan; never earlier
 -- than now - 1,000,000 x aging (the priority cap). Under tenant
--- fairness dispatch_group is the tenant, so claims can take turns between
--- tenants (see _claim_limited). A new job without labels gets its task's
+-- fairness dispatch_group is '*' and run_at gives way to a virtual time
+-- (_fair_stamp: the tenants' weighted shares), so the claim's index scan
+-- serves tenants in proportion to their weights with no per-tenant reads. A new job without labels gets its task's
 -- default labels, else its queue's (worker pools, docs/dispatch.md).
 -- enqueue() and enqueue_many() stamp the same values in their INSERT, so
 -- their rows skip it (30_triggers.sql); a change here must be made there.
@@ -20,10 +21,11 @@ AS $$
 DECLARE
     v_aging interval;
     v_fair boolean;
+    v_weights jsonb;
     v_labels text[];
     v_task_labels text[];
 BEGIN
-    SELECT q.aging, q.tenant_fairness, q.labels INTO v_aging, v_fair, v_labels
+    SELECT q.aging, q.tenant_fairness, q.labels, q.tenant_weights INTO v_aging, v_fair, v_labels, v_weights
     FROM pgsched.queues q WHERE q.name = NEW.queue;
     IF TG_OP = 'INSERT' AND NEW.labels = '{}' THEN
         SELECT t.labels INTO v_task_labels FROM pgsched.tasks t
@@ -31,8 +33,13 @@ BEGIN
         ORDER BY t.tenant NULLS LAST LIMIT 1;
         NEW.labels := coalesce(v_task_labels, v_labels, '{}');
     END IF;
-    NEW.dispatch_group := CASE WHEN v_fair THEN coalesce(NEW.tenant, '') ELSE '' END;
-    IF v_aging IS NULL THEN
+    NEW.dispatch_group := CASE WHEN v_fair THEN '*' ELSE '' END;
+    IF v_fair THEN
+        -- A place in the tenants' shared line (virtual time), then priority as below.
+        NEW.dispatch_rank := CASE WHEN v_aging IS NULL THEN -NEW.priority ELSE 0 END;
+        NEW.dispatch_at := pgsched._fair_stamp(NEW.queue, NEW.tenant, v_weights, NEW.run_at, v_aging)
+                           - coalesce(NEW.priority * v_aging, interval '0');
+    ELSIF v_aging IS NULL THEN
         NEW.dispatch_rank := -NEW.priority;
         NEW.dispatch_at := NEW.run_at;
     ELSE

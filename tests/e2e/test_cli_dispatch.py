@@ -13,7 +13,8 @@ def test_configure_shows_and_clears_a_policy(dsn: str) -> None:
     )  # fmt: skip
     assert settings | {"restamped": 0} == {
         "queue": "reports", "concurrency": 20, "key_concurrency": None, "rate": 100, "key_rate": None,
-        "rate_period_s": 1, "aging_s": 300, "tenant_fairness": True, "labels": None, "restamped": 0,
+        "rate_period_s": 1, "aging_s": 300, "tenant_fairness": True, "tenant_weights": None, "labels": None,
+        "restamped": 0,
     }  # fmt: skip
     out = cli.ok("queues", "configure", "reports", "--key-concurrency", "2").out
     assert out.strip() == "queue reports: concurrency 20, 2 running per key, rate 100/1s, aging 5m, tenant fairness"

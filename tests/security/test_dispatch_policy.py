@@ -87,9 +87,12 @@ def test_an_application_cannot_forge_or_skip_the_dispatch_stamp(deployment: Depl
         *enqueue_many(app, ["t"], priorities=[3], tenants=["a"], run_ats=[now]),
     ]
     rows = owner.execute(
-        "SELECT dispatch_group, dispatch_rank, dispatch_at FROM pgsched.jobs WHERE id = ANY(%s)", [ids]
+        "SELECT dispatch_group, dispatch_rank, dispatch_at FROM pgsched.jobs WHERE id = ANY(%s) ORDER BY id", [ids]
     ).fetchall()
-    assert [tuple(r.values()) for r in rows] == [("a", 0, now - timedelta(seconds=30))] * 3
+    # Tenant a's place in the fair line (1 ms apart at weight 1), aged by its priority.
+    assert [tuple(r.values()) for r in rows] == [
+        ("*", 0, now - timedelta(seconds=30) + timedelta(milliseconds=k)) for k in range(3)
+    ]
     for columns, values in (
         ("dispatch_at", "'2000-01-01'"),
         ("dispatch_group, dispatch_rank, dispatch_at", "'', -1000000, '2000-01-01'"),

@@ -60,6 +60,7 @@ def enqueue_many(conn: Conn, tasks: Sequence[str | None], **arrays: Sequence[Any
         "on_dependency_failure": "text[]",
         "timeouts": "interval[]",
         "concurrency_keys": "text[]",
+        "key_scopes": "text[]",
     }
     params: dict[str, Any] = {"tasks": list(tasks)}
     parts = [sql.SQL("tasks => %(tasks)s::text[]")]
