@@ -1343,9 +1343,10 @@ $$;
 -- the job's own (ids are drawn in order, so every edge points to an older
 -- job and no cycle can form, not even through predicted ids) raises naming
 -- the row (p_batch) and the value; the caller's insert is rolled back.
--- Bounds: a job names at most 1000 dependencies, and one call at most 1000
+-- Bounds: a job names at most 1000 jobs by id, and one call at most 1000
 -- distinct jobs outside its batch (each is locked until commit: the lock
--- table is shared and small).
+-- table is shared and small); references to rows of the batch (a batch
+-- callback's fan-in) are not bounded.
 CREATE OR REPLACE FUNCTION pgsched._depend(
     p_ids      bigint[],
     p_shards   smallint[],
@@ -1374,9 +1375,14 @@ DECLARE
     v_job pgsched.jobs;
     v_max constant integer := 1000;
 BEGIN
-    SELECT u.ord, pg_catalog.jsonb_array_length(u.deps) AS n INTO v_bad
+    SELECT u.ord, c.n INTO v_bad
     FROM unnest(p_deps) WITH ORDINALITY AS u(deps, ord)
+    CROSS JOIN LATERAL (
+        SELECT pg_catalog.count(*) AS n
+        FROM pg_catalog.jsonb_array_elements(u.deps) AS e(v)
+        WHERE pg_catalog.jsonb_typeof(e.v) <> 'number' OR e.v::numeric > 0) c
     WHERE pg_catalog.jsonb_typeof(u.deps) = 'array' AND pg_catalog.jsonb_array_length(u.deps) > v_max
+      AND c.n > v_max
     ORDER BY u.ord
     LIMIT 1;
     IF FOUND THEN
