@@ -58,6 +58,8 @@ GRANT EXECUTE ON FUNCTION
     TO pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested, pgsched.next_start TO pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.report_progress, pgsched.record_step TO pgsched_worker;
+-- Who holds back vacuum (doctor, metrics, the vacuum thread): what pg_stat_activity shows the caller.
+GRANT EXECUTE ON FUNCTION pgsched.xmin_horizon TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,

@@ -95,6 +95,7 @@
 \ir functions/unregister_worker.sql
 \ir functions/upsert_schedule.sql
 \ir functions/vacuum_candidates.sql
+\ir functions/xmin_horizon.sql
 \ir 30_triggers.sql
 \ir 40_views.sql
 \ir 90_grants.sql

@@ -79,44 +79,55 @@ def check_listen(dsn: str, timeout: float = 2.0) -> Check:
 
 
 def check_horizon(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list[Check]:
-    """Who holds back the xmin horizon (so VACUUM cannot remove pgsched's dead rows), and idle transactions."""
+    """Who holds back the xmin horizon (so VACUUM cannot remove pgsched's dead rows), and idle transactions.
+
+    A session holds it with a snapshot (backend_xmin) or, idle in a transaction that wrote, with its xid
+    alone (backend_xid): pgsched.xmin_horizon() reads both, and prepared transactions and replication slots.
+    """
     holders = conn.execute(
         """
-        SELECT pid, usename AS "user", application_name, client_addr::text AS client, state,
-               now() - xact_start AS xact_age, age(backend_xmin) AS xmin_age,
-               left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query
-        FROM pg_stat_activity
-        WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
-        ORDER BY age(backend_xmin) DESC, xact_start
+        SELECT h.holder, h.pid, h.xid_age AS xmin_age, h.age_s, h.state, h.application_name,
+               a.usename AS "user", a.client_addr::text AS client,
+               left(regexp_replace(a.query, '\\s+', ' ', 'g'), 120) AS query
+        FROM pgsched.xmin_horizon() h
+        LEFT JOIN pg_stat_activity a ON a.pid = h.pid AND h.holder = 'session'
         LIMIT 5
         """
     ).fetchall()
-    others = conn.execute(
-        """
-        SELECT 'prepared transaction ' || gid AS what, age(transaction) AS xmin_age FROM pg_prepared_xacts
-        UNION ALL
-        SELECT 'replication slot ' || slot_name, age(coalesce(xmin, catalog_xmin)) FROM pg_replication_slots
-        WHERE coalesce(xmin, catalog_xmin) IS NOT NULL
-        ORDER BY 2 DESC
-        """
-    ).fetchall()
     checks: list[Check] = []
-    if holders and _seconds(holders[0]["xact_age"]) > limits.max_xact_age.total_seconds():
-        h = holders[0]
+    limit = limits.max_xact_age.total_seconds()
+    # A slot has no age in seconds: it fails by transactions only.
+    old = [h for h in holders if (h["age_s"] is not None and h["age_s"] > limit) or h["xmin_age"] > 1_000_000]
+    if old:
+        h = old[0]
+        who = (
+            f"pid {h['pid']} ({h['application_name'] or h['user']}, {h['state']})"
+            if h["holder"] == "session"
+            else f"{h['holder']}" + (f" (pid {h['pid']})" if h["pid"] else "")
+        )
+        held = f"{h['age_s']:.0f}s, " if h["age_s"] is not None else ""
+        if h["holder"] == "session":
+            remedy = f" Query: {h['query']!r}. End it: SELECT pg_terminate_backend({h['pid']})"
+        elif h["holder"].startswith("prepared"):
+            remedy = " Finish it: COMMIT PREPARED or ROLLBACK PREPARED."
+        else:
+            remedy = " Drop the slot if nothing uses it, or look at its standby (hot_standby_feedback)."
         checks.append(
             Check(
                 "xmin horizon",
                 FAIL,
-                f"pid {h['pid']} ({h['application_name'] or h['user']}, {h['state']}) has held a snapshot for "
-                f"{_seconds(h['xact_age']):.0f}s ({h['xmin_age']} transactions): VACUUM cannot clean pgsched's "
-                f"tables behind it. Query: {h['query']!r}. End it: SELECT pg_terminate_backend({h['pid']})",
+                f"{who} has held it back for {held}{h['xmin_age']} transactions: VACUUM cannot clean "
+                f"pgsched's tables behind it.{remedy}",
                 {"pid": h["pid"], "holders": holders},
             )
         )
-    elif others and others[0]["xmin_age"] > 1_000_000:
-        checks.append(Check("xmin horizon", FAIL, f"{others[0]['what']} holds the horizon back", {"holders": others}))
     else:
-        oldest = f"oldest snapshot {_seconds(holders[0]['xact_age']):.0f}s (pid {holders[0]['pid']})" if holders else ""
+        oldest = (
+            f"oldest transaction {holders[0]['age_s'] or 0:.0f}s, {holders[0]['xmin_age']} transactions back"
+            f" ({holders[0]['holder']} {holders[0]['pid'] or ''})".rstrip()
+            if holders
+            else ""
+        )
         checks.append(Check("xmin horizon", OK, oldest or "no long transaction holds it back", {"holders": holders}))
 
     idle = conn.execute(
@@ -146,24 +157,19 @@ def check_horizon(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> l
 
 
 def check_dead_tuples(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> Check:
-    rows = conn.execute(
-        """
-        SELECT relname AS "table", n_live_tup AS live, n_dead_tup AS dead,
-               greatest(last_autovacuum, last_vacuum) AS last_vacuum
-        FROM pg_stat_user_tables
-        WHERE schemaname = 'pgsched' AND n_dead_tup > 0
-        ORDER BY n_dead_tup DESC
-        LIMIT 10
-        """
-    ).fetchall()
+    """Dead row versions per table, a partitioned table's partitions summed (each may stay under a threshold)."""
+    from pgsched.observe.metrics import DEAD_TUPLES_SQL
+
+    rows = [r for r in conn.execute(DEAD_TUPLES_SQL).fetchall() if r["dead"] > 0]
     bloated = [r for r in rows if r["dead"] > 10_000 and r["dead"] > limits.max_dead_ratio * max(r["live"], 1)]
     total = sum(r["dead"] for r in rows)
     if bloated:
         r = bloated[0]
+        parts = f" over {r['partitions']} partitions" if r["partitions"] else ""
         return Check(
             "dead tuples",
             WARN,
-            f"{r['table']}: {r['dead']} dead vs {r['live']} live rows (vacuumed {r['last_vacuum'] or 'never'}); "
+            f"{r['table']}: {r['dead']} dead vs {r['live']} live rows{parts} (vacuumed {r['last_vacuum'] or 'never'}); "
             "a long transaction (see xmin horizon) or slow autovacuum",
             {"tables": rows},
         )

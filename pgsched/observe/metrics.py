@@ -25,7 +25,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 import psycopg
@@ -74,15 +74,38 @@ FULL JOIN (SELECT l.queue, pg_catalog.count(*) AS dead_letters FROM pgsched.dead
 ORDER BY 1
 """
 WORKERS_LIVE_SQL: Final[LiteralString] = "SELECT pg_catalog.count(*) AS n FROM pgsched.workers_live"
+# The oldest holder of the xmin horizon, if any: a snapshot or, idle in a transaction that wrote, an xid.
+HORIZON_SQL: Final[LiteralString] = """
+SELECT holder, pid, horizon::text AS horizon, xid_age, age_s, state, application_name
+FROM pgsched.xmin_horizon()
+LIMIT 1
+"""
+# Dead and live row versions per pgsched table, a partitioned table's partitions summed into one row
+# (each partition may stay under a threshold while the table holds hundreds of thousands), most dead first.
+DEAD_TUPLES_SQL: Final[LiteralString] = """
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) AS "table",
+       pg_catalog.sum(s.n_dead_tup)::bigint AS dead, pg_catalog.sum(s.n_live_tup)::bigint AS live,
+       pg_catalog.count(*) FILTER (WHERE s.relid <> c.oid)::integer AS partitions,
+       pg_catalog.max(greatest(s.last_vacuum, s.last_autovacuum)) AS last_vacuum
+FROM pg_catalog.pg_stat_all_tables s
+JOIN pg_catalog.pg_class c ON c.oid = coalesce(pg_catalog.pg_partition_root(s.relid), s.relid)
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE s.schemaname = 'pgsched'
+GROUP BY n.nspname, c.relname
+ORDER BY dead DESC, 1
+"""
 SNAPSHOT_SQL: Final[LiteralString] = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 @dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """Per-queue rows (see QUEUES_SQL) and the number of live workers, read in one transaction."""
+    """Per-queue rows (see QUEUES_SQL), the number of live workers, the oldest holder of the xmin horizon
+    (HORIZON_SQL; None: nothing holds it) and dead rows per table (DEAD_TUPLES_SQL), read in one transaction."""
 
     queues: list[dict[str, Any]]
     workers_live: int
+    horizon: dict[str, Any] | None = None
+    dead_tuples: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_snapshot(conn: psycopg.Connection[Any]) -> QueueSnapshot:
@@ -91,7 +114,9 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> QueueSnapshot:
         cur.execute(SNAPSHOT_SQL)
         queues = cur.execute(QUEUES_SQL).fetchall()
         row = cur.execute(WORKERS_LIVE_SQL).fetchone()
-    return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0)
+        horizon = cur.execute(HORIZON_SQL).fetchone()
+        dead = cur.execute(DEAD_TUPLES_SQL).fetchall()
+    return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0, horizon=horizon, dead_tuples=dead)
 
 
 async def read_snapshot_async(conn: psycopg.AsyncConnection[Any]) -> QueueSnapshot:
@@ -100,7 +125,9 @@ async def read_snapshot_async(conn: psycopg.AsyncConnection[Any]) -> QueueSnapsh
         await cur.execute(SNAPSHOT_SQL)
         queues = await (await cur.execute(QUEUES_SQL)).fetchall()
         row = await (await cur.execute(WORKERS_LIVE_SQL)).fetchone()
-    return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0)
+        horizon = await (await cur.execute(HORIZON_SQL)).fetchone()
+        dead = await (await cur.execute(DEAD_TUPLES_SQL)).fetchall()
+    return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0, horizon=horizon, dead_tuples=dead)
 
 
 def _number(value: Any) -> float:
@@ -153,7 +180,26 @@ def queue_families(snap: QueueSnapshot | None) -> list[Metric]:
         expired.add_metric([name], row["lease_expired"])
         dead.add_metric([name], row["dead_letters"])
         paused.add_metric([name], 1 if row["paused"] else 0)
-    return [up, jobs, oldest, retrying, expired, dead, paused, workers]
+    horizon_s = GaugeMetricFamily(
+        "pgsched_xmin_horizon_age_seconds",
+        "How long the oldest transaction holding back vacuum (a snapshot, or an xid idle in a transaction) has been"
+        " open (0: none, or a replication slot).",
+    )
+    horizon_xids = GaugeMetricFamily(
+        "pgsched_xmin_horizon_age_xids",
+        "How many transactions back the oldest holder keeps vacuum's horizon (0: none).",
+    )
+    h = snap.horizon
+    horizon_s.add_metric([], float(h["age_s"] or 0) if h else 0.0)
+    horizon_xids.add_metric([], float(h["xid_age"] or 0) if h else 0.0)
+    dead_tuples = GaugeMetricFamily(
+        "pgsched_dead_tuples",
+        "Dead row versions per pgsched table, a partitioned table's partitions summed (statistics' count).",
+        labels=["table"],
+    )
+    for t in snap.dead_tuples:
+        dead_tuples.add_metric([str(t["table"])], float(t["dead"]))
+    return [up, jobs, oldest, retrying, expired, dead, paused, workers, horizon_s, horizon_xids, dead_tuples]
 
 
 class QueueCollector(Collector):

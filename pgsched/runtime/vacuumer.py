@@ -11,6 +11,13 @@ is vacuuming is left alone). VACUUM takes no lock that blocks claims or writes.
 A role that may not vacuum the partitions gets no candidates, and the thread
 only checks now and then.
 
+While something pins the xmin horizon (a session idle in a transaction that
+wrote, a forgotten prepared transaction, a slot), VACUUM can remove nothing
+that died after it began: a partition vacuumed since the same holder took
+the horizon is not vacuumed again until it moves (a vacuum then would read
+the whole partition and remove nothing), and the log says once who holds
+it. Autovacuum and other workers' threads decide for themselves.
+
 It also runs ANALYZE on a partition whose row count has moved far from what
 the planner believes: plans of claim, heartbeat and complete are cached per
 connection, and those built while the table was empty scan it whole once a
@@ -23,12 +30,14 @@ import logging
 import random
 import threading
 import time
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
+from pgsched.observe.metrics import HORIZON_SQL
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,11 @@ class Vacuumer:
         self.vacuums = 0
         self.analyzes = 0
         self.seconds = 0.0
+        self.skipped = 0  # vacuums left out while the horizon stayed where it was
+        # Per partition, the horizon (oldest holder's xid) seen right before its last vacuum here: while the
+        # horizon is still that one, everything that vacuum could not remove is still unremovable.
+        self._vacuumed_under: dict[str, str] = {}
+        self._pinned_by: str | None = None  # the horizon last reported as pinned (said once)
         self._thread = threading.Thread(target=self._loop, name="pgsched-vacuum", daemon=True)
 
     def start(self) -> None:
@@ -94,10 +108,22 @@ class Vacuumer:
         """Vacuum and/or analyze every partition that needs it now; returns those it worked on."""
         conn = self._db.get()
         rows = conn.execute(queries.VACUUM_CANDIDATES, (self._min_dead, self._dead_ratio)).fetchall()
+        holder = conn.execute(HORIZON_SQL).fetchone() if any(r[4] for r in rows) else None
+        horizon: str | None = holder[2] if holder else None
         done: list[str] = []
+        pinned: list[str] = []
+        waiting = 0  # dead row versions in the partitions left alone
         for schema, table, dead, live, needs_vacuum, needs_analyze in rows:
             if self._stop.is_set():
                 break
+            name = f"{schema}.{table}"
+            if needs_vacuum and horizon is not None and self._vacuumed_under.get(name) == horizon:
+                needs_vacuum = False
+                pinned.append(name)
+                waiting += dead
+                self.skipped += 1
+                if not needs_analyze:
+                    continue
             target = sql.Identifier(schema, table)
             if needs_vacuum:
                 options = "SKIP_LOCKED, ANALYZE" if needs_analyze else "SKIP_LOCKED"
@@ -107,17 +133,45 @@ class Vacuumer:
             started = time.monotonic()
             conn.execute(statement)
             took = time.monotonic() - started
+            if needs_vacuum and horizon is not None:
+                self._vacuumed_under[name] = horizon
             self.vacuums += needs_vacuum
             self.analyzes += needs_analyze
             self.seconds += took
-            done.append(f"{schema}.{table}")
+            done.append(name)
             log.debug(
-                "%s %s.%s (%d dead, %d live row versions) in %.3fs",
+                "%s %s (%d dead, %d live row versions) in %.3fs",
                 "vacuumed" if needs_vacuum else "analyzed",
-                schema,
-                table,
+                name,
                 dead,
                 live,
                 took,
             )
+        self._say_pinned(pinned, waiting, holder)
         return done
+
+    def _say_pinned(self, pinned: list[str], waiting: int, holder: tuple[Any, ...] | None) -> None:
+        if not pinned or holder is None:
+            if self._pinned_by is not None and not pinned:
+                log.info("the xmin horizon moved on: vacuuming pgsched.jobs' partitions again when they need it")
+                self._pinned_by = None
+            return
+        kind, pid, horizon, xid_age, age_s, state, application = holder
+        if kind == "session":
+            who = f"pid {pid} ({application or 'no application_name'}, {state})"
+        else:
+            who = f"{kind}" + (f" (pid {pid})" if pid else "")
+        held = f" for {age_s:.0f}s" if age_s is not None else ""
+        level = logging.WARNING if self._pinned_by != horizon else logging.DEBUG
+        self._pinned_by = horizon
+        log.log(
+            level,
+            "not vacuuming %d partitions of pgsched.jobs again (%d dead row versions wait): the xmin horizon has"
+            " not moved since their last vacuum, so VACUUM can remove nothing more; %s has held it back%s,"
+            " %d transactions",
+            len(pinned),
+            waiting,
+            who,
+            held,
+            xid_age,
+        )

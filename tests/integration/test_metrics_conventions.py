@@ -47,6 +47,9 @@ QUEUE_TYPES = {
     "pgsched_dead_letters": "gauge",
     "pgsched_queue_paused": "gauge",
     "pgsched_workers_live": "gauge",
+    "pgsched_xmin_horizon_age_seconds": "gauge",
+    "pgsched_xmin_horizon_age_xids": "gauge",
+    "pgsched_dead_tuples": "gauge",
 }
 REPLICA_TYPES = {"pgsched_read_replica": "gauge", "pgsched_replica_lag_seconds": "gauge"}  # with --read-dsn
 WINDOWED = re.compile(r"_\d+(ms|s|m|h|d)(_|$)")
