@@ -84,11 +84,21 @@ class LocalCluster(Server):
 
     kind = "private cluster (Debian PostgreSQL 15)"
 
-    def __init__(self, *, tcp: bool = False, keep: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        tcp: bool = False,
+        keep: bool = False,
+        os_user: str = OS_USER,
+        port: int = 5432,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.tcp = tcp
         self.keep = keep
+        self.os_user = os_user
+        self.settings = {**SETTINGS, **(settings or {})}
         self.root: Path | None = None
-        self.port = 5432
+        self.port = port
         self._uid: int | None = None
         self._gid: int | None = None
         self._running = False
@@ -120,14 +130,22 @@ class LocalCluster(Server):
         if os.geteuid() != 0:
             return
         try:
-            entry = pwd.getpwnam(OS_USER)
+            entry = pwd.getpwnam(self.os_user)
         except KeyError:
-            _say(f"creating OS user {OS_USER} to run the server (PostgreSQL refuses to run as root)")
+            _say(f"creating OS user {self.os_user} to run the server (PostgreSQL refuses to run as root)")
             subprocess.run(
-                ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", OS_USER],
+                [
+                    "useradd",
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    self.os_user,
+                ],
                 check=True,
             )
-            entry = pwd.getpwnam(OS_USER)
+            entry = pwd.getpwnam(self.os_user)
         self._uid, self._gid = entry.pw_uid, entry.pw_gid
 
     def _run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -152,7 +170,7 @@ class LocalCluster(Server):
         )
         if done.returncode != 0:
             raise SystemExit(f"initdb failed:\n{done.stdout}\n{done.stderr}")
-        conf = dict(SETTINGS)
+        conf = dict(self.settings)
         conf.update(
             {
                 "listen_addresses": "127.0.0.1" if self.tcp else "",
@@ -197,7 +215,7 @@ class LocalCluster(Server):
         return _read_pid(self.root / "data") if self.root else None
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "bin": str(PG_BIN), "tcp": self.tcp, "settings": SETTINGS}
+        return {"kind": self.kind, "bin": str(PG_BIN), "tcp": self.tcp, "settings": self.settings}
 
 
 class EmbeddedServer(Server):

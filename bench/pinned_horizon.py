@@ -1,0 +1,326 @@
+"""A pinned xmin horizon under steady load: does pgsched keep up while VACUUM can remove nothing?
+
+Three phases of ``--phase-s`` seconds each on a private PostgreSQL 15 cluster
+(durable commits, Unix socket only, ``track_functions = pl``):
+
+1. clean: a producer process enqueues ``--rate`` no-op jobs a second
+   (``pgsched.enqueue_many`` every 10 ms) while ``pgsched worker`` processes
+   (``--workers``, their defaults otherwise: listening, housekeeping and the
+   vacuum thread on) run them;
+2. pinned: the same, while one more session sits idle in a transaction that
+   took an xid (``BEGIN; SELECT pg_current_xact_id();``), as an application
+   that wrote and forgot to commit: every row version that dies from then on
+   stays, in the tables and in their indexes;
+3. released: that session rolls back; the load goes on.
+
+Per phase, from the database's own clock (``pgsched.job_history``): jobs
+finished a second, pickup latency p50/p99 (handler start - enqueue, i.e.
+``started_at - created_at``) of the jobs enqueued in the phase; sampled every
+second: due jobs waiting (depth) and dead tuples summed over pgsched.jobs'
+partitions; from pg_stat_user_functions: mean time per call of claim, start
+and complete (nested calls counted too). After the release: seconds until
+every later one-second bucket's pickup p99 is within 2x the clean phase's.
+
+``--checkout DIR`` (repeatable) adds another version of pgsched (a source
+tree: its sql/ is installed in a database of its own and its pgsched package
+runs the workers); versions run one after another, ``--rounds`` times,
+interleaved (A B A B), on the same cluster.
+
+    .venv/bin/python -m bench.pinned_horizon --rate 500 --phase-s 30
+    .venv/bin/python -m bench.pinned_horizon --checkout /tmp/pgsched-before --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.harness.postgres import LocalCluster, create_databases
+
+HERE = Path(__file__).resolve().parent.parent
+_SPAWN = multiprocessing.get_context("spawn")
+PHASES = ("clean", "pinned", "released")
+TICK_S = 0.01
+ENQUEUE = (
+    "SELECT count(*) FROM pgsched.enqueue_many(array_fill('noop'::text, ARRAY[%s]),"
+    " ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(%s::integer, %s::integer) g))"
+)
+DEPTH = "SELECT count(*) FROM pgsched.jobs WHERE state = 'available'"
+DEAD = """
+SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
+WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'pgsched.jobs'::regclass)
+"""
+FUNCTIONS = """
+SELECT funcname, calls, total_time FROM pg_stat_user_functions
+WHERE schemaname = 'pgsched' AND funcname IN ('claim', 'start', 'complete')
+"""
+HISTORY = """
+SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
+       extract(epoch FROM finished_at)::float8
+FROM pgsched.job_history WHERE state = 'completed'
+"""
+
+
+def _produce(dsn: str, rate: float, stop: Any, sent: Any, ready: Any) -> None:
+    """Producer process: enqueue at ``rate`` jobs/s until ``stop`` is set; ``sent`` counts."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ready.set()
+        origin = time.monotonic()
+        total = 0
+        while not stop.is_set():
+            k = min(5000, int(rate * (time.monotonic() - origin)) - total)
+            if k > 0:
+                conn.execute(ENQUEUE, (k, total, total + k - 1), prepare=True).fetchone()
+                total += k
+                sent.value = total
+            time.sleep(TICK_S)
+
+
+INSTALL = """
+import sys
+import psycopg
+from pgsched.db import schema
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    schema.install_fresh(conn, shards=8)
+    conn.execute("CREATE TABLE pgsched.alembic_version (version_num varchar(32) PRIMARY KEY)")
+    conn.execute("INSERT INTO pgsched.alembic_version VALUES (%s)", [schema.head_revision()])
+"""
+
+
+def install(dsn: str, source: Path) -> None:
+    """pgsched from the source tree's sql/ (its own code), marked as migrated to its head revision."""
+    env = dict(os.environ, PYTHONPATH=str(source))
+    subprocess.run([sys.executable, "-c", INSTALL, dsn], env=env, check=True)
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+class Sampler(threading.Thread):
+    """Every second: due jobs waiting and dead tuples in pgsched.jobs."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.samples: list[tuple[float, int, int]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.halt.wait(1.0):
+                depth = conn.execute(DEPTH).fetchone()
+                dead = conn.execute(DEAD).fetchone()
+                assert depth is not None
+                assert dead is not None
+                self.samples.append((time.time(), int(depth[0]), int(dead[0])))
+
+
+def start_workers(dsn: str, source: Path, n: int, log_dir: Path, extra: list[str]) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, PYTHONPATH=f"{source}{os.pathsep}{HERE}", PGSCHED_DSN=dsn)
+    procs = []
+    for i in range(n):
+        log = (log_dir / f"worker-{i}.log").open("wb")
+        cmd = [sys.executable, "-m", "pgsched", "--log-level", "info", "worker"]
+        cmd += ["--app", "bench.apps.pgsched_app:app", "--name", f"bench-{i}", *extra]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=log_dir))
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+def functions(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float]]:
+    return {name: (int(calls), float(total)) for name, calls, total in conn.execute(FUNCTIONS).fetchall()}
+
+
+def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.idempotency_keys")
+        conn.execute("DELETE FROM pgsched.workers")
+        conn.execute("VACUUM ANALYZE pgsched.jobs")
+    procs = start_workers(dsn, source, opts.workers, log_dir, opts.worker_args.split())
+    stop, ready = _SPAWN.Event(), _SPAWN.Event()
+    sent = _SPAWN.Value("q", 0, lock=False)
+    producer = _SPAWN.Process(target=_produce, args=(dsn, opts.rate, stop, sent, ready), name="bench-producer")
+    sampler = Sampler(dsn)
+    bounds: dict[str, tuple[float, float]] = {}
+    stats: dict[str, dict[str, float]] = {}
+    holder = psycopg.connect(dsn, application_name="bench-horizon-holder")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while conn.execute("SELECT count(*) FROM pgsched.workers").fetchone() < (opts.workers,):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"workers did not start: see {log_dir}")
+                time.sleep(0.1)
+            producer.start()
+            if not ready.wait(60):
+                raise RuntimeError("the producer did not start")
+            sampler.start()
+            time.sleep(opts.warmup_s)
+            for phase in PHASES:
+                if phase == "pinned":
+                    holder.execute("SELECT pg_current_xact_id()")
+                elif phase == "released":
+                    holder.rollback()
+                before = functions(conn)
+                begin = time.time()
+                time.sleep(opts.phase_s)
+                bounds[phase] = (begin, time.time())
+                time.sleep(1.1)  # backends report function statistics at most once a second
+                after = functions(conn)
+                stats[phase] = {
+                    name: (total - before.get(name, (0, 0.0))[1]) / max(1, calls - before.get(name, (0, 0.0))[0])
+                    for name, (calls, total) in after.items()
+                }
+                if any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"a worker exited: see {log_dir}")
+    finally:
+        holder.rollback()
+        holder.close()
+        stop.set()
+        if producer.pid is not None:
+            producer.join(10)
+            if producer.is_alive():
+                producer.terminate()
+        sampler.halt.set()
+        if sampler.is_alive():
+            sampler.join(5)
+        stop_workers(procs)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        history = conn.execute(HISTORY).fetchall()
+    return summarize(history, sampler.samples, bounds, stats, opts)
+
+
+def summarize(
+    history: list[tuple[float, float, float]],
+    samples: list[tuple[float, int, int]],
+    bounds: dict[str, tuple[float, float]],
+    stats: dict[str, dict[str, float]],
+    opts: argparse.Namespace,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for phase, (begin, end) in bounds.items():
+        pickups = [(s - c) * 1000 for c, s, _ in history if begin <= c < end]
+        finished = sum(1 for _, _, f in history if begin <= f < end)
+        inside = [s for s in samples if begin <= s[0] < end]
+        out[phase] = {
+            "offered_per_s": opts.rate,
+            "finished_per_s": finished / (end - begin),
+            "pickup_p50_ms": percentile(pickups, 50),
+            "pickup_p99_ms": percentile(pickups, 99),
+            "depth_max": max((d for _, d, _ in inside), default=0),
+            "depth_end": inside[-1][1] if inside else 0,
+            "dead_max": max((x for _, _, x in inside), default=0),
+            "functions": stats.get(phase, {}),
+        }
+    clean_p99 = out["clean"]["pickup_p99_ms"] or 0.0
+    begin, end = bounds["released"]
+    buckets: dict[int, list[float]] = {}
+    for c, s, _ in history:
+        if begin <= c < end:
+            buckets.setdefault(int(c - begin), []).append((s - c) * 1000)
+    recovered = 0
+    for second in sorted(buckets):
+        p99 = percentile(buckets[second], 99) or 0.0
+        if p99 > 2 * clean_p99:
+            recovered = second + 1
+    out["released"]["recovery_s"] = recovered
+    return out
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def report(label: str, result: dict[str, Any]) -> None:
+    print(f"\n{label}")
+    print(
+        "| phase | offered/s | finished/s | pickup p50 ms | pickup p99 ms | depth max | depth end | dead tuples max |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for phase in PHASES:
+        r = result[phase]
+        print(
+            f"| {phase} | {r['offered_per_s']:,.0f} | {r['finished_per_s']:,.0f} | {fmt(r['pickup_p50_ms'])} |"
+            f" {fmt(r['pickup_p99_ms'])} | {r['depth_max']:,} | {r['depth_end']:,} | {r['dead_max']:,} |"
+        )
+    print(f"after the release, pickup p99 within 2x clean after {result['released']['recovery_s']} s")
+    print("| phase | claim ms/call | start ms/call | complete ms/call |")
+    print("|---|---|---|---|")
+    for phase in PHASES:
+        st = result[phase]["functions"]
+        print(f"| {phase} | " + " | ".join(fmt(st.get(f), 2) for f in ("claim", "start", "complete")) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=500.0, help="jobs enqueued a second")
+    parser.add_argument("--phase-s", type=float, default=240.0, help="seconds of each phase")
+    parser.add_argument("--warmup-s", type=float, default=5.0, help="load before the clean phase begins")
+    parser.add_argument("--workers", type=int, default=1, help="pgsched worker processes")
+    parser.add_argument("--worker-args", default="", help="more arguments of `pgsched worker`")
+    parser.add_argument("--checkout", type=Path, action="append", default=[], help="another pgsched source tree")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    opts = parser.parse_args()
+    sources = {"this": HERE, **{str(p): p.resolve() for p in opts.checkout}}
+    server = LocalCluster(os_user="postgres", port=20000 + os.getpid() % 10000, settings={"track_functions": "pl"})
+    server.start()
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
+    try:
+        names = {label: f"ph{i}" for i, label in enumerate(sources)}
+        create_databases(server, list(names.values()))
+        for label, source in sources.items():
+            dsn = server.dsn(names[label])
+            install(dsn, source)
+        work = HERE / "bench" / "work" / "pinned_horizon"
+        for r in range(opts.rounds):
+            for i, (label, source) in enumerate(sources.items()):
+                result = run_once(server.dsn(names[label]), source, opts, work / f"r{r}-{i}")
+                results[label].append(result)
+                report(f"{label}, round {r + 1}: {opts.rate:g} jobs/s, {opts.phase_s:g} s per phase", result)
+        if len(sources) > 1:
+            first = next(iter(sources))
+            for label in list(sources)[1:]:
+                for key in ("pickup_p99_ms", "finished_per_s"):
+                    ratios = [
+                        (b["pinned"][key] or 0) / (a["pinned"][key] or 1)
+                        for a, b in zip(results[first], results[label], strict=True)
+                    ]
+                    print(f"pinned {key}: {label} / {first} per round {[f'{x:.2f}' for x in ratios]}")
+                    print(f"  median {statistics.median(ratios):.2f}")
+        if opts.json:
+            opts.json.write_text(json.dumps(results, indent=1))
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
