@@ -289,9 +289,12 @@ def main() -> None:
     parser.add_argument("--checkout", type=Path, action="append", default=[], help="another pgsched source tree")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--set", action="append", default=[], help="a server setting, NAME=VALUE (repeatable)")
+    parser.add_argument("--keep", action="store_true", help="keep the cluster's directory (its log) at the end")
     opts = parser.parse_args()
     sources = {"this": HERE, **{str(p): p.resolve() for p in opts.checkout}}
-    server = LocalCluster(os_user="postgres", port=20000 + os.getpid() % 10000, settings={"track_functions": "pl"})
+    settings = {"track_functions": "pl", **dict(item.split("=", 1) for item in opts.set)}
+    server = LocalCluster(os_user="postgres", port=20000 + os.getpid() % 10000, settings=settings, keep=opts.keep)
     server.start()
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
     try:
