@@ -14,6 +14,14 @@
 --           when first used; built on an empty table, they scan it, and stay
 --           until the next ANALYZE: a burst of 400,000 jobs then makes each
 --           claim take 170 ms instead of 0.5 ms. ANALYZE replaces them.
+--           Or the partition has grown past twice the pages the planner
+--           last recorded (pg_class.relpages), and by more than 32: under a
+--           pinned xmin horizon the live rows stay few while dead ones fill
+--           the pages, no vacuum runs (nothing to remove) and so nothing
+--           replans; plans made while the partition was a page or two (a
+--           hash join over sequential scans) read every dead row at each
+--           start() and complete(). Replanned for its size, each job is a
+--           primary-key probe.
 -- Workers and scanners run VACUUM / ANALYZE (SKIP_LOCKED) on what this names
 -- every few seconds (pgsched/vacuumer.py).
 CREATE OR REPLACE FUNCTION pgsched.vacuum_candidates(
@@ -38,7 +46,9 @@ BEGIN
                s.n_dead_tup AS dead, s.n_live_tup AS live,
                s.n_dead_tup >= p_min_dead AND s.n_dead_tup >= p_ratio * s.n_live_tup AS needs_vacuum,
                pg_catalog.abs(s.n_live_tup - greatest(c.reltuples, 0))
-                   > greatest(1000, 0.5 * greatest(c.reltuples, 0)) AS needs_analyze
+                   > greatest(1000, 0.5 * greatest(c.reltuples, 0))
+               OR pg_catalog.pg_relation_size(c.oid)
+                   / pg_catalog.current_setting('block_size')::bigint > 2 * c.relpages + 32 AS needs_analyze
         FROM pg_catalog.pg_inherits i
         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

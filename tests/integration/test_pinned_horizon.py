@@ -150,3 +150,30 @@ def test_vacuumer_backs_off_while_the_same_holder_pins_the_horizon(
         assert vacuumer.vacuums == 16
     finally:
         vacuumer.close()
+
+
+def test_a_partition_grown_far_past_the_planners_pages_is_analyzed(dsn: str, holder: psycopg.Connection[Any]) -> None:
+    """Under a pinned horizon the live rows stay few while the partitions fill with dead ones: plans cached while
+    they were small (a hash join over sequential scans of a page or two) would read every dead row at each call.
+    The pages grown past twice what the planner last recorded get the partition analyzed, and so replanned."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("VACUUM ANALYZE pgsched.jobs")
+    make_dead_rows(dsn, 8000)  # about 1,000 jobs per partition, each leaving its row versions behind
+    with psycopg.connect(dsn, autocommit=True) as c:
+        stale = c.execute(
+            "SELECT table_name FROM pgsched.vacuum_candidates(1000000, 1000) WHERE needs_analyze AND NOT needs_vacuum"
+        ).fetchall()
+        assert len(stale) == 8, stale
+        pages = c.execute(
+            "SELECT min(relpages) FROM pg_class"
+            " WHERE oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'pgsched.jobs'::regclass)"
+        ).fetchone()
+        assert pages == (0,)
+    vacuumer = Vacuumer(dsn, interval=60, purpose="test", min_dead=1_000_000)
+    try:
+        assert len(vacuumer.run_once()) == 8
+        assert (vacuumer.vacuums, vacuumer.analyzes) == (0, 8)
+    finally:
+        vacuumer.close()
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM pgsched.vacuum_candidates(1000000, 1000)").fetchone() == (0,)
