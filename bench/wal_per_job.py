@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from typing import Any
 
 import psycopg
 
-from bench.harness.postgres import LocalCluster, create_databases
+from bench.harness.postgres import PG_BIN, LocalCluster, create_databases
 from bench.pinned_horizon import HERE, install
 
 WAL = "SELECT wal_bytes::bigint, wal_records, wal_fpi FROM pg_stat_wal"
@@ -73,7 +74,25 @@ def settle(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_stat_force_next_flush()")
 
 
-def run_once(dsn: str, source: Path, jobs: int, log: Path) -> dict[str, Any]:
+def waldump(wal_dir: Path, start: str, end: str, jobs: int) -> list[str]:
+    """pg_waldump's per-record-type statistics of an LSN range, as bytes per job, largest first."""
+    done = subprocess.run(
+        [str(PG_BIN / "pg_waldump"), "--stats=record", "-p", str(wal_dir), "-s", start, "-e", end],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    rows = []
+    for line in done.stdout.splitlines():
+        # "Heap/UPDATE   N (pct)   rec_size (pct)   fpi_size (pct)   combined_size (pct)"
+        parts = re.sub(r"\([^)]*\)", " ", line).split()
+        if len(parts) >= 5 and "/" in parts[0] and parts[1].isdigit():
+            count, combined = int(parts[1]), int(parts[4])
+            rows.append((combined, f"{parts[0]}: {count / jobs:.2f} records, {combined / jobs:,.0f} bytes per job"))
+    return [text for _, text in sorted(rows, reverse=True)]
+
+
+def run_once(dsn: str, source: Path, jobs: int, log: Path, wal_dir: Path | None = None) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.idempotency_keys")
         conn.execute("DELETE FROM pgsched.workers")
@@ -81,6 +100,7 @@ def run_once(dsn: str, source: Path, jobs: int, log: Path) -> dict[str, Any]:
         conn.execute("CHECKPOINT")
         settle(conn)
         start = counters(conn)
+        lsn0 = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         for done in range(0, jobs, 1000):
             conn.execute(ENQUEUE, (min(1000, jobs - done), min(1000, jobs - done)))
         settle(conn)
@@ -93,11 +113,13 @@ def run_once(dsn: str, source: Path, jobs: int, log: Path) -> dict[str, Any]:
         seconds = time.perf_counter() - began
         settle(conn)
         drained = counters(conn)
+        lsn1 = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         left = conn.execute("SELECT count(*) FROM pgsched.jobs").fetchone()
         finished = conn.execute("SELECT count(*) FROM pgsched.job_history WHERE state = 'completed'").fetchone()
     assert left == (0,), f"{left} jobs left"
     assert finished == (jobs,), f"{finished} finished"
-    return {"enqueue": delta(start, enqueued), "drain": delta(enqueued, drained), "drain_s": seconds}
+    dump = waldump(wal_dir, lsn0[0], lsn1[0], jobs) if wal_dir and lsn0 and lsn1 else []
+    return {"enqueue": delta(start, enqueued), "drain": delta(enqueued, drained), "drain_s": seconds, "waldump": dump}
 
 
 def per_job(result: dict[str, Any], jobs: int) -> dict[str, float]:
@@ -128,6 +150,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checkout", type=Path, action="append", default=[], help="another pgsched source tree")
+    parser.add_argument("--waldump", action="store_true", help="also print pg_waldump's record statistics (last round)")
     opts = parser.parse_args()
     sources = {"this": HERE, **{str(p): p.resolve() for p in opts.checkout}}
     server = LocalCluster(os_user="postgres", port=20000 + os.getpid() % 10000)
@@ -142,8 +165,12 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         for r in range(opts.rounds):
             for i, (label, source) in enumerate(sources.items()):
-                result = run_once(server.dsn(names[label]), source, opts.jobs, work / f"worker-r{r}-{i}.log")
+                wal_dir = server.root / "data" / "pg_wal" if opts.waldump and server.root else None
+                result = run_once(server.dsn(names[label]), source, opts.jobs, work / f"worker-r{r}-{i}.log", wal_dir)
                 found[label].append(per_job(result, opts.jobs))
+                if r == opts.rounds - 1 and result["waldump"]:
+                    print(f"\n{label}: WAL by record type, enqueue and drain (pg_waldump --stats=record)")
+                    print("\n".join(result["waldump"][:14]))
     finally:
         server.stop()
     keys = sorted({k for rows in found.values() for row in rows for k in row})
