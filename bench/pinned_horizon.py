@@ -18,7 +18,10 @@ finished a second, pickup latency p50/p99 (handler start - enqueue, i.e.
 ``started_at - created_at``) of the jobs enqueued in the phase; sampled every
 second: due jobs waiting (depth) and dead tuples summed over pgsched.jobs'
 partitions; from pg_stat_user_functions: mean time per call of claim, start
-and complete (nested calls counted too). After the release: seconds until
+and complete (nested calls counted too), and from pg_stat_statements (track
+= all) the shared buffers the statement in each that finds the jobs reads,
+per job finished (steadier than times on a busy machine); from pg_stat_wal: WAL bytes per job
+finished (the whole cluster, housekeeping and vacuum included). After the release: seconds until
 every later one-second bucket's pickup p99 is within 2x the clean phase's.
 
 ``--checkout DIR`` (repeatable) adds another version of pgsched (a source
@@ -61,6 +64,15 @@ DEPTH = "SELECT count(*) FROM pgsched.jobs WHERE state = 'available'"
 DEAD = """
 SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
 WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'pgsched.jobs'::regclass)
+"""
+# The statements inside the functions that find the jobs (pg_stat_statements.track = all): shared buffers a call.
+STATEMENTS = """
+SELECT f, sum(calls)::bigint, sum(shared_blks_hit + shared_blks_read)::float8 / nullif(sum(calls), 0)
+FROM pg_stat_statements s
+JOIN (VALUES ('claim', 'WITH due AS MATERIALIZED'), ('start', 'UPDATE pgsched\\.jobs j\\s+SET started_at'),
+             ('complete', 'DELETE FROM pgsched\\.jobs j\\s+USING input')) m(f, pattern) ON s.query ~ m.pattern
+WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+GROUP BY f
 """
 FUNCTIONS = """
 SELECT funcname, calls, total_time FROM pg_stat_user_functions
@@ -171,6 +183,8 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
     sampler = Sampler(dsn)
     bounds: dict[str, tuple[float, float]] = {}
     stats: dict[str, dict[str, float]] = {}
+    wal: dict[str, int] = {}
+    buffers: dict[str, dict[str, float]] = {}
     holder = psycopg.connect(dsn, application_name="bench-horizon-holder")
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -190,11 +204,18 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
                 elif phase == "released":
                     holder.rollback()
                 before = functions(conn)
+                conn.execute("SELECT pg_stat_statements_reset()")
+                wal_before = conn.execute("SELECT wal_bytes::bigint FROM pg_stat_wal").fetchone()
                 begin = time.time()
                 time.sleep(opts.phase_s)
                 bounds[phase] = (begin, time.time())
                 time.sleep(1.1)  # backends report function statistics at most once a second
                 after = functions(conn)
+                buffers[phase] = {f: (b or 0.0) * int(n) for f, n, b in conn.execute(STATEMENTS).fetchall()}
+                wal_after = conn.execute("SELECT wal_bytes::bigint FROM pg_stat_wal").fetchone()
+                assert wal_before is not None
+                assert wal_after is not None
+                wal[phase] = int(wal_after[0]) - int(wal_before[0])
                 stats[phase] = {
                     name: (total - before.get(name, (0, 0.0))[1]) / max(1, calls - before.get(name, (0, 0.0))[0])
                     for name, (calls, total) in after.items()
@@ -215,7 +236,14 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
         stop_workers(procs)
     with psycopg.connect(dsn, autocommit=True) as conn:
         history = conn.execute(HISTORY).fetchall()
-    return summarize(history, sampler.samples, bounds, stats, opts)
+    result = summarize(history, sampler.samples, bounds, stats, opts)
+    for phase, found in buffers.items():
+        jobs = max(1.0, result[phase]["finished_per_s"] * opts.phase_s)
+        result[phase]["buffers"] = {f: total / jobs for f, total in found.items()}  # per job finished
+    for phase, written in wal.items():
+        # the whole cluster's WAL over the phase (and the second after it), per job finished in the phase
+        result[phase]["wal_per_job"] = written / max(1.0, result[phase]["finished_per_s"] * opts.phase_s)
+    return result
 
 
 def summarize(
@@ -262,21 +290,36 @@ def fmt(value: float | None, digits: int = 1) -> str:
 def report(label: str, result: dict[str, Any]) -> None:
     print(f"\n{label}")
     print(
-        "| phase | offered/s | finished/s | pickup p50 ms | pickup p99 ms | depth max | depth end | dead tuples max |"
+        "| phase | offered/s | finished/s | pickup p50 ms | pickup p99 ms | depth max | depth end | dead tuples max"
+        " | WAL bytes/job |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for phase in PHASES:
         r = result[phase]
         print(
             f"| {phase} | {r['offered_per_s']:,.0f} | {r['finished_per_s']:,.0f} | {fmt(r['pickup_p50_ms'])} |"
             f" {fmt(r['pickup_p99_ms'])} | {r['depth_max']:,} | {r['depth_end']:,} | {r['dead_max']:,} |"
+            f" {fmt(r.get('wal_per_job'), 0)} |"
         )
     print(f"after the release, pickup p99 within 2x clean after {result['released']['recovery_s']} s")
-    print("| phase | claim ms/call | start ms/call | complete ms/call |")
-    print("|---|---|---|---|")
+    names = ("claim", "start", "complete")
+    print(
+        "| phase | "
+        + " | ".join(f"{f} ms/call" for f in names)
+        + " | "
+        + " | ".join(f"{f} buffers/job" for f in names)
+        + " |"
+    )
+    print("|---|" + "---|" * 6)
     for phase in PHASES:
-        st = result[phase]["functions"]
-        print(f"| {phase} | " + " | ".join(fmt(st.get(f), 2) for f in ("claim", "start", "complete")) + " |")
+        st, bu = result[phase]["functions"], result[phase].get("buffers", {})
+        print(
+            f"| {phase} | "
+            + " | ".join(fmt(st.get(f), 2) for f in names)
+            + " | "
+            + " | ".join(fmt(bu.get(f), 1) for f in names)
+            + " |"
+        )
 
 
 def main() -> None:
@@ -292,8 +335,16 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="a server setting, NAME=VALUE (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's directory (its log) at the end")
     opts = parser.parse_args()
+    # Stopped from outside (a background run ignores SIGINT): clean up all the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     sources = {"this": HERE, **{str(p): p.resolve() for p in opts.checkout}}
-    settings = {"track_functions": "pl", **dict(item.split("=", 1) for item in opts.set)}
+    settings = {
+        "track_functions": "pl",
+        "shared_preload_libraries": "pg_stat_statements",
+        "pg_stat_statements.track": "all",
+        **dict(item.split("=", 1) for item in opts.set),
+    }
     server = LocalCluster(os_user="postgres", port=20000 + os.getpid() % 10000, settings=settings, keep=opts.keep)
     server.start()
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
@@ -303,6 +354,8 @@ def main() -> None:
         for label, source in sources.items():
             dsn = server.dsn(names[label])
             install(dsn, source)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         work = HERE / "bench" / "work" / "pinned_horizon"
         for r in range(opts.rounds):
             for i, (label, source) in enumerate(sources.items()):
