@@ -6299,6 +6299,14 @@ $$;
 --           when first used; built on an empty table, they scan it, and stay
 --           until the next ANALYZE: a burst of 400,000 jobs then makes each
 --           claim take 170 ms instead of 0.5 ms. ANALYZE replaces them.
+--           Or the partition has grown past twice the pages the planner
+--           last recorded (pg_class.relpages), and by more than 32: under a
+--           pinned xmin horizon the live rows stay few while dead ones fill
+--           the pages, no vacuum runs (nothing to remove) and so nothing
+--           replans; plans made while the partition was a page or two (a
+--           hash join over sequential scans) read every dead row at each
+--           start() and complete(). Replanned for its size, each job is a
+--           primary-key probe.
 -- Workers and scanners run VACUUM / ANALYZE (SKIP_LOCKED) on what this names
 -- every few seconds (pgsched/vacuumer.py).
 CREATE OR REPLACE FUNCTION pgsched.vacuum_candidates(
@@ -6323,7 +6331,9 @@ BEGIN
                s.n_dead_tup AS dead, s.n_live_tup AS live,
                s.n_dead_tup >= p_min_dead AND s.n_dead_tup >= p_ratio * s.n_live_tup AS needs_vacuum,
                pg_catalog.abs(s.n_live_tup - greatest(c.reltuples, 0))
-                   > greatest(1000, 0.5 * greatest(c.reltuples, 0)) AS needs_analyze
+                   > greatest(1000, 0.5 * greatest(c.reltuples, 0))
+               OR pg_catalog.pg_relation_size(c.oid)
+                   / pg_catalog.current_setting('block_size')::bigint > 2 * c.relpages + 32 AS needs_analyze
         FROM pg_catalog.pg_inherits i
         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -6335,6 +6345,58 @@ BEGIN
     WHERE t.needs_vacuum OR t.needs_analyze
     ORDER BY t.dead DESC;
 END
+$$;
+
+-- functions/xmin_horizon.sql
+-- xmin_horizon
+-- contract: what holds back the xmin horizon, oldest first: each session
+-- whose transaction holds a snapshot (backend_xmin) or an xid of its own
+-- (backend_xid: a transaction that wrote, even idle between statements with
+-- no snapshot), each prepared transaction, and each replication slot with an
+-- xmin. Sessions and prepared transactions of other databases are left out:
+-- they do not hold back this database's tables (PostgreSQL 14 and later). VACUUM keeps every row version that died after the oldest of these
+-- began, so while one stays, dead rows in pgsched.jobs pile up and nothing
+-- removes them. xid_age is in transactions (age()); age_s is how long the
+-- holder's transaction has been open (NULL for a slot). Invoker's rights:
+-- a role without pg_read_all_stats (pg_monitor) sees only the sessions of
+-- its own roles, as in pg_stat_activity. Used by `pgsched doctor`, the
+-- database metrics and the workers' vacuum thread (which stops vacuuming a
+-- partition again while the same holder keeps the horizon where it was).
+CREATE OR REPLACE FUNCTION pgsched.xmin_horizon()
+RETURNS TABLE (holder text, pid integer, horizon xid, xid_age integer, age_s double precision,
+               state text, application_name text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT h.holder, h.pid, h.horizon, pg_catalog.age(h.horizon), h.age_s, h.state, h.application_name
+    FROM (
+        -- Of a session's xid and snapshot xmin, the older (age: xids wrap around).
+        SELECT 'session' AS holder, a.pid,
+               CASE WHEN a.backend_xmin IS NULL
+                         OR pg_catalog.age(a.backend_xid) OPERATOR(pg_catalog.>) pg_catalog.age(a.backend_xmin)
+                    THEN coalesce(a.backend_xid, a.backend_xmin) ELSE a.backend_xmin END AS horizon,
+               pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start) AS age_s,
+               a.state, a.application_name
+        FROM pg_catalog.pg_stat_activity a
+        WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+          AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+          -- NULL: a process of no database (a walsender with hot_standby_feedback)
+          AND (a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database() OR a.datid IS NULL)
+          -- a lazy VACUUM holds back no one's horizon
+          AND a.backend_type OPERATOR(pg_catalog.<>) 'autovacuum worker'
+        UNION ALL
+        SELECT 'prepared transaction ' OPERATOR(pg_catalog.||) p.gid, NULL, p.transaction,
+               pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) p.prepared), NULL, NULL
+        FROM pg_catalog.pg_prepared_xacts p
+        WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+        UNION ALL
+        -- catalog_xmin holds back the system catalogs only, not pgsched's tables
+        SELECT 'replication slot ' OPERATOR(pg_catalog.||) s.slot_name, s.active_pid, s.xmin, NULL,
+               CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL
+        FROM pg_catalog.pg_replication_slots s
+        WHERE s.xmin IS NOT NULL
+    ) h
+    ORDER BY pg_catalog.age(h.horizon) DESC, h.age_s DESC NULLS LAST
 $$;
 
 -- 30_triggers.sql
@@ -6636,6 +6698,8 @@ GRANT EXECUTE ON FUNCTION
     TO pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.start, pgsched.cancels_requested, pgsched.next_start TO pgsched_worker;
 GRANT EXECUTE ON FUNCTION pgsched.report_progress, pgsched.record_step TO pgsched_worker;
+-- Who holds back vacuum (doctor, metrics, the vacuum thread): what pg_stat_activity shows the caller.
+GRANT EXECUTE ON FUNCTION pgsched.xmin_horizon TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.config, pgsched.tasks,
     pgsched.queues, pgsched.workers, pgsched.idempotency_keys,
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
