@@ -157,6 +157,7 @@ def run_cuts(env: Env, *, terminations: int, resets: int, partitions: int, parti
 
 
 def test_connection_cuts_quick(env: Env) -> None:
+    """Slow (~20 s): real connection cuts through a proxy, including a 4 s partition that leases must outlive."""
     run_cuts(env, terminations=1, resets=1, partitions=1, partition_s=4.0, lease=2.0)
 
 

@@ -122,6 +122,8 @@ def run_pause(env: Env, *, rounds: int, lease: float) -> None:
 
 
 def test_sigstop_quick(env: Env) -> None:
+    """Slow (~25 s): a worker frozen by SIGSTOP past its real lease, then thawed; the lease must run out on
+    the wall clock, since the frozen process is the thing under test."""
     run_pause(env, rounds=1, lease=2.0)
 
 

@@ -115,6 +115,7 @@ def run_through_bouncer(env: Env, bouncer: PgBouncer, kill: Kill, sizes: Sizes) 
 
 
 def test_pgbouncer_quick(env: Env, bouncer: PgBouncer) -> None:
+    """Slow (~30 s): real workers through a real PgBouncer, one of them SIGKILLed, its leases left to expire."""
     run_through_bouncer(
         env, bouncer, Kill(jobs=150, victim_concurrency=24, lease=2.0, kills=1, sleep=1.5), Sizes(60, 60, 40, 3)
     )

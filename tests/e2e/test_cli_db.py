@@ -48,6 +48,8 @@ def db(home: Path, *args: str) -> Result:
 
 
 def test_start_status_dsn_psql_stop(home: Path) -> None:
+    """Slow (up to ~40 s on a loaded machine): it initdb-s and starts a real embedded server through the CLI,
+    runs psql and the migration in it, and stops it: the CLI's own start-up is what it tests."""
     version = int(os.environ.get("PGSCHED_EMBEDDED_VERSION", "18"))
     before = db(home, "status", "--json").json()
     assert before == {"running": False, "pid": None, "pgdata": str(home / f"pg{version}"), "version": None, "dsn": None}

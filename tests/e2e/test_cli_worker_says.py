@@ -289,6 +289,7 @@ def test_redaction_keeps_the_error_useful() -> None:
 
 
 def test_dashboard_error_pages_and_logs_hide_the_password(dsn: str) -> None:
+    """Slow (~20 s): a real dashboard process whose database refuses it, its pages and logs read over HTTP."""
     bad = f"postgresql://u:{PASSWORD}@127.0.0.1:1/db?connect_timeout=1"
     port = _free_port()
     proc = Proc("dashboard", "--port", str(port), env={"PGSCHED_DSN": bad, "PGSCHED_NO_EMBEDDED": "1"})

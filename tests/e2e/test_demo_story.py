@@ -71,6 +71,7 @@ def test_one_scene_prints_its_own_part_of_the_story(admin_dsn: str, first_run: R
 
 
 def test_json_is_the_same_story_as_data(admin_dsn: str, first_run: Result) -> None:
+    """Slow (~25 s): plays the whole story a second time (eight scenes in scratch databases) as JSON."""
     result = story(admin_dsn, "--json")
 
     assert result.code == 0, str(result)

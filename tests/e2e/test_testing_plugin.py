@@ -99,6 +99,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_a_users_suite_gets_a_clean_pgsched_in_its_own_database(project: Path, empty_dsn: str) -> None:
+    """Slow (~25 s): runs a user's own pytest suite in a subprocess, as a user would, against a real database."""
     # An empty database: the plugin installs pgsched into it (the user's tables sit beside it).
     done = run_suite(project, {"PGSCHED_TESTING_DSN": empty_dsn})
     assert done.returncode == 0, done.stdout + done.stderr
