@@ -88,9 +88,10 @@ def test_weights_are_shown_cleared_and_checked(conn: Conn) -> None:
 
 
 def test_a_claim_reads_no_more_rows_than_its_batch_whatever_the_tenants(conn: Conn) -> None:
-    """1,000 tenants with due jobs: a claim of 10 reads index entries for its batch, not one per tenant."""
+    """1,000 tenants with due jobs: a claim of 10 reads as many index entries as with 10 tenants, a few per job
+    of its batch (about 30 on PostgreSQL 18; PostgreSQL 15 plans the probe across shards with a few hundred,
+    still the same for any number of tenants), never one per tenant (the round-robin claim read 8,017)."""
     weights(conn)
-    enqueue_many(conn, ["t"] * 2000, tenants=[f"t{n % 1000:04d}" for n in range(2000)])
 
     def read() -> int:
         # This backend's index reads not yet reported: a difference inside one transaction is its own.
@@ -101,8 +102,12 @@ def test_a_claim_reads_no_more_rows_than_its_batch_whatever_the_tenants(conn: Co
             )
         )
 
-    with conn.transaction():
-        before = read()
-        assert len(claim(conn, 10, start_shard=0)) == 10
-        entries = read() - before
-    assert entries < 100, entries
+    entries = {}
+    for tenants in (10, 1000):
+        with conn.transaction(force_rollback=True):
+            enqueue_many(conn, ["t"] * 2000, tenants=[f"t{n % tenants:04d}" for n in range(2000)])
+            before = read()
+            assert len(claim(conn, 10, start_shard=0)) == 10
+            entries[tenants] = read() - before
+    assert entries[1000] <= entries[10] * 1.5 + 20, entries
+    assert entries[1000] < 500, entries
