@@ -185,7 +185,7 @@ def test_doctor_reports_how_each_command_worker_limits_its_runs(
     worker = command_worker()
     conn.execute("SELECT pgsched.register_worker('old-host:1:ab', resource_limits => 'rlimit (no writable cgroup)')")
     result = CliRunner().invoke(main, ["--dsn", app.dsn, "doctor", "--json"])
-    checks = {c["check"]: c for c in json.loads(result.output)}
+    checks = {c["check"]: c for c in json.loads(result.stdout)}
     check = checks["resource limits"]
     assert check["status"] == "warn"  # one worker has only rlimits
     assert check["data"]["workers"][worker.worker.name] == limits.mechanism().describe()

@@ -171,12 +171,19 @@ def test_a_scanner_paused_past_its_lease_writes_nothing_when_it_resumes(
     wait_for(lambda: shares(conn) == {"scanner-b": SHARDS}, timeout=10, what="scanner-b taking over")
     wait_for(lambda: schedule(conn, "daily")["expanded_until"] is not None, what="scanner-b's expansion")
     assert epochs(conn)[row["shard"]] == stale_epoch + 1
-    written = conn.execute("SELECT app, tbl, op FROM public.writes").fetchall()
-    # Expansions are written on the scanner's expansion connection ("pgsched scanner NAME schedules").
-    assert {(w["app"].removesuffix(" schedules"), w["tbl"]) for w in written} >= {
-        ("pgsched scanner scanner-b", "schedule_occurrences"),
-        ("pgsched scanner scanner-b", "schedules"),
-    }
+
+    def written() -> set[tuple[str, str]]:
+        rows = conn.execute("SELECT app, tbl, op FROM public.writes").fetchall()
+        # Expansions are written on the scanner's expansion connection ("pgsched scanner NAME schedules").
+        return {(w["app"].removesuffix(" schedules"), w["tbl"]) for w in rows}
+
+    wait_for(
+        lambda: (
+            written()
+            >= {("pgsched scanner scanner-b", "schedule_occurrences"), ("pgsched scanner scanner-b", "schedules")}
+        ),
+        what=lambda: f"scanner-b's expansion writes (written so far: {sorted(written())})",
+    )
     occurrences_before = conn.execute("SELECT * FROM pgsched.schedule_occurrences ORDER BY fire_at").fetchall()
     assert len(occurrences_before) == 2
 

@@ -40,4 +40,6 @@ def test_delayed_jobs_are_promoted_on_time_while_a_dense_schedule_expands(
         run_at = db_now(conn) + timedelta(seconds=0.7)
         job_id = conn.execute("SELECT pgsched.enqueue('t.delayed', run_at => %s) AS id", [run_at]).fetchone()["id"]  # type: ignore[index]
         late.append(lateness(conn, job_id))
-    assert max(late) < 0.5, f"promotions waited for expansion passes: {late}"
+    # Before, promotions waited behind expansion passes: [0.21, 0.49, 0.33, 0.89, 0.97] s late (median 0.49).
+    # The median, not the worst: one promotion of five may be late on a machine whose cores are busy.
+    assert sorted(late)[2] < 0.2, f"promotions waited for expansion passes: {late}"
