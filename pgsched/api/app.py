@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import select
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb
 
 from pgsched.api.events import EventHooks, H
+from pgsched.api.params import (
+    command_params,
+    enqueue_many_params,
+    enqueue_params,
+    limit_params,
+    plain_jobs,
+    service_params,
+    with_callback,
+)
 from pgsched.core.handle import JobHandle
 from pgsched.core.registry import UPSERT_SCHEDULE, Registry, ScheduleSpec, schedule_params
-from pgsched.core.task import JobSpec, Ref, Task, check_resource_limits, check_timeout
+from pgsched.core.task import JobSpec, Task
 from pgsched.db import queries
-from pgsched.errors import PgschedError, from_psycopg
+from pgsched.db.producer import Producer
+from pgsched.errors import PgschedError
 from pgsched.observe import otel
 
 if TYPE_CHECKING:
@@ -38,13 +43,9 @@ class App(Registry):
         super().__init__()
         self._dsn = dsn
         self.name = name
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
+        # The app's own connections, for the calls made without conn=.
+        self._own = Producer(lambda: self.dsn)
         self.event_hooks = EventHooks()
-        # The async calls' own connection, bound to the event loop that opened it.
-        self._aconn: psycopg.AsyncConnection[Any] | None = None
-        self._aconn_loop: asyncio.AbstractEventLoop | None = None
-        self._alock: asyncio.Lock | None = None
 
     # -- configuration ---------------------------------------------------
 
@@ -81,59 +82,17 @@ class App(Registry):
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         """A new autocommit connection to the app's database."""
-        try:
-            return psycopg.connect(self.dsn, autocommit=True, **kwargs)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        return self._own.connect(**kwargs)
 
     def _run(self, conn: psycopg.Connection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
-        try:
-            if conn is not None:
-                return _fetch(conn, query, params)
-            with self._lock:
-                if self._conn is None or self._conn.closed or _dropped(self._conn):
-                    # Reconnect before sending, never after: a statement whose
-                    # reply was lost may have committed, and sending it again
-                    # could enqueue a job twice. That error goes to the caller.
-                    if self._conn is not None:
-                        self._conn.close()
-                    self._conn = self.connect()
-                return _fetch(self._conn, query, params)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        return self._own.run(conn, query, params)
 
     async def _arun(self, conn: psycopg.AsyncConnection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
-        try:
-            if conn is not None:
-                return await _afetch(conn, query, params)
-            loop = asyncio.get_running_loop()
-            if self._alock is None or self._aconn_loop is not loop:
-                # A connection belongs to the loop that opened it: a new loop opens its own.
-                self._drop_async()
-                self._alock = asyncio.Lock()
-                self._aconn_loop = loop
-            async with self._alock:
-                if self._aconn is None or self._aconn.closed or self._aconn.broken:
-                    # As in _run: reconnect before sending, never resend after a lost reply.
-                    self._drop_async()
-                    self._aconn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-                return await _afetch(self._aconn, query, params)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
-
-    def _drop_async(self) -> None:
-        if self._aconn is not None:
-            if not self._aconn.closed:
-                self._aconn.pgconn.finish()  # no await needed: closes the socket
-            self._aconn = None
+        return await self._own.arun(conn, query, params)
 
     def close(self) -> None:
         """Close the app's own connections (enqueues without conn= reopen them)."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._drop_async()
+        self._own.close()
 
     # -- producing -------------------------------------------------------
 
@@ -196,25 +155,25 @@ class App(Registry):
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
         if spec.service:
-            return JobHandle(int(self._run(conn, queries.ENQUEUE_SERVICE, _service_params(spec))[0][0]), self)
+            return JobHandle(int(self._run(conn, queries.ENQUEUE_SERVICE, service_params(spec))[0][0]), self)
         if otel.ENABLED and otel.live():
             with otel.enqueue_span([spec]) as sending:
-                job_id = int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))[0][0])
+                job_id = int(self._run(conn, queries.ENQUEUE, enqueue_params(spec, sending.context))[0][0])
                 sending.sent([job_id])
                 return JobHandle(job_id, self)
-        return JobHandle(int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0]), self)
+        return JobHandle(int(self._run(conn, queries.ENQUEUE, enqueue_params(spec))[0][0]), self)
 
     async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
         """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
         if spec.service:
-            rows = await self._arun(conn, queries.ENQUEUE_SERVICE, _service_params(spec))
+            rows = await self._arun(conn, queries.ENQUEUE_SERVICE, service_params(spec))
             return JobHandle(int(rows[0][0]), self)
         if otel.ENABLED and otel.live():
             with otel.enqueue_span([spec]) as sending:
-                rows = await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))
+                rows = await self._arun(conn, queries.ENQUEUE, enqueue_params(spec, sending.context))
                 sending.sent([int(rows[0][0])])
                 return JobHandle(int(rows[0][0]), self)
-        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
+        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, enqueue_params(spec)))[0][0]), self)
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None, then: JobSpec | None = None
@@ -229,15 +188,15 @@ class App(Registry):
         outcome (``on_dependency_failure='run'`` unless it says otherwise),
         and reads their outcomes in ``ctx.dependencies``; its handle comes last.
         """
-        specs = _with_callback(_plain_jobs(jobs), then)
+        specs = with_callback(plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
             with otel.enqueue_span(specs) as sending:
-                rows = self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                rows = self._run(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs, sending.context))
                 sending.sent([int(r[0]) for r in rows])
                 return [JobHandle(int(r[0]), self) for r in rows]
-        return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
+        return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs))]
 
     async def enqueue_many_async(
         self,
@@ -247,15 +206,15 @@ class App(Registry):
         then: JobSpec | None = None,
     ) -> list[JobHandle]:
         """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
-        specs = _with_callback(_plain_jobs(jobs), then)
+        specs = with_callback(plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
             with otel.enqueue_span(specs) as sending:
-                rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                rows = await self._arun(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs, sending.context))
                 sending.sent([int(r[0]) for r in rows])
                 return [JobHandle(int(r[0]), self) for r in rows]
-        rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))
+        rows = await self._arun(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs))
         return [JobHandle(int(r[0]), self) for r in rows]
 
     def enqueue_command(
@@ -287,9 +246,9 @@ class App(Registry):
         non-string or NUL-bearing element or env value, a relative cwd, sizes past
         the limits; the database checks the same again.
         """
-        params = _command_params(
+        params = command_params(
             argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
-        ) + _limit_params(memory_limit, cpu_limit)
+        ) + limit_params(memory_limit, cpu_limit)
         return JobHandle(int(self._run(conn, queries.ENQUEUE_COMMAND, params)[0][0]), self)
 
     async def enqueue_command_async(
@@ -312,9 +271,9 @@ class App(Registry):
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> JobHandle:
         """enqueue_command() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
-        params = _command_params(
+        params = command_params(
             argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
-        ) + _limit_params(memory_limit, cpu_limit)
+        ) + limit_params(memory_limit, cpu_limit)
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE_COMMAND, params))[0][0]), self)
 
     def job(self, job_id: int) -> JobHandle:
@@ -400,211 +359,6 @@ class App(Registry):
         from pgsched.runtime.worker import Worker
 
         return Worker(self, WorkerOptions(**options)).run()
-
-
-def _dropped(conn: psycopg.Connection[Any]) -> bool:
-    """True when an idle connection's socket has something to read: the server closed it (or said why)."""
-    if conn.broken:
-        return True
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
-
-
-def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
-    if isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(
-            "a psycopg.AsyncConnection goes with the async calls (enqueue_async, enqueue_many_async, "
-            "cancel_async); these take a psycopg.Connection"
-        )
-    # Tuples whatever row factory the caller's connection uses.
-    with conn.cursor(row_factory=tuple_row) as cur:
-        return cur.execute(query, params).fetchall()
-
-
-async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
-    if not isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(f"the async calls take a psycopg.AsyncConnection, not {type(conn).__name__}")
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
-
-
-def _job_params(spec: JobSpec) -> tuple[Any, ...]:
-    """The parameters enqueue and enqueue_service share, in their order."""
-    return (
-        spec.task,
-        Jsonb(spec.args, dumps=lambda _: spec.args_json()),
-        spec.queue,
-        spec.run_at,
-        spec.delay,
-        spec.priority,
-        spec.idempotency_key,
-        spec.max_attempts,
-        list(spec.labels),
-        spec.tenant,
-    )
-
-
-def _timeout_interval(spec: JobSpec) -> timedelta | None:
-    """The job's own timeout as the interval the SQL functions take (None: the task's, else none)."""
-    return None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout"))
-
-
-def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
-    return (
-        *_job_params(spec),
-        _timeout_interval(spec),
-        _dependency_ids(spec) or None,
-        spec.on_dependency_failure,
-        trace_context,
-        spec.concurrency_key,
-        spec.on_conflict,
-        spec.key_scope,
-    )
-
-
-def _service_params(spec: JobSpec) -> tuple[Any, ...]:
-    """enqueue_service's parameters: a service has no timeout and no dependencies; it has resource limits."""
-    if spec.timeout is not None or spec.depends_on:
-        raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
-    if spec.on_conflict == "replace" or spec.key_scope is not None:
-        raise ValueError(
-            f"a {spec.task!r} service holds its idempotency key while it runs: it takes no on_conflict or key_scope"
-        )
-    return (*_job_params(spec), spec.memory_limit, spec.cpu_limit)
-
-
-def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
-    specs = list(jobs)
-    for i, spec in enumerate(specs):
-        if spec.service:
-            raise ValueError(f"job {i + 1} of the batch is a service: enqueue services one at a time (enqueue_spec)")
-        if spec.on_conflict == "replace":
-            raise ValueError(f"job {i + 1} of the batch has on_conflict='replace': replace one job at a time (enqueue)")
-    return specs
-
-
-def _with_callback(specs: list[JobSpec], then: JobSpec | None) -> list[JobSpec]:
-    """The batch with ``then`` appended, depending on every job of it (a fan-in whatever the outcomes)."""
-    if then is None:
-        return specs
-    if not isinstance(then, JobSpec):
-        raise TypeError(f"then takes a JobSpec (task.job(...)), not {then!r}")
-    if not specs:
-        raise ValueError("then= needs a batch to wait for: the batch is empty")
-    if then.service:
-        raise ValueError("then= cannot be a service: it runs once, after the batch")
-    callback = replace(
-        then,
-        depends_on=(*then.depends_on, *(Ref(i) for i in range(len(specs)))),
-        on_dependency_failure=then.on_dependency_failure or "run",
-    )
-    return [*specs, callback]
-
-
-def _command_params(
-    argv: Sequence[str],
-    env: Mapping[str, str] | None,
-    cwd: str | None,
-    timeout: float | timedelta | None,
-    queue: str | None,
-    max_attempts: int | None,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    priority: int | None,
-    idempotency_key: str | None,
-    labels: Sequence[str] | None,
-    tenant: str | None,
-) -> tuple[Any, ...]:
-    """enqueue_command's parameters, checked as the database will (and for NUL bytes, which it cannot carry)."""
-    from pgsched.runtime.commands import check_command
-
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
-        raise TypeError(f"timeout must be seconds or a timedelta, not {timeout!r}")
-    args, variables = check_command(argv, env, cwd, seconds)
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)):
-        raise TypeError(f"max_attempts must be an int or None, not {max_attempts!r}")
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, not {max_attempts}")
-    if labels is not None and (isinstance(labels, str) or not all(isinstance(x, str) and x for x in labels)):
-        raise ValueError(f"labels must be a sequence of non-empty strings, not {labels!r}")
-    return (
-        args,
-        Jsonb(variables),
-        cwd,
-        None if seconds is None else timedelta(seconds=seconds),
-        queue,
-        max_attempts,
-        run_at,
-        delay,
-        priority,
-        idempotency_key,
-        list(labels or ()),
-        tenant,
-    )
-
-
-def _limit_params(memory_limit: int | None, cpu_limit: float | None) -> tuple[Any, ...]:
-    check_resource_limits(memory_limit, cpu_limit, "a command")
-    return (memory_limit, cpu_limit)
-
-
-def _dependency_ids(spec: JobSpec) -> list[int]:
-    for dep in spec.depends_on:
-        if not isinstance(dep, int):
-            raise TypeError(
-                f"depends_on of a {spec.task!r} job: {dep!r} refers to a job of a batch; use App.enqueue_many()"
-            )
-    return [int(d) for d in spec.depends_on if isinstance(d, int)]
-
-
-def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
-    """Each job's dependencies as enqueue_many takes them: ids, and -n for the n-th (1-based) row of the batch."""
-    if not any(s.depends_on for s in specs):
-        return None
-    position = {id(s): n for n, s in enumerate(specs)}
-    rows = []
-    for spec in specs:
-        row = []
-        for dep in spec.depends_on:
-            if isinstance(dep, Ref):
-                row.append(-(dep.index + 1))
-            elif isinstance(dep, JobSpec):
-                if id(dep) not in position:
-                    raise ValueError(f"depends_on of a {spec.task!r} job names a {dep.task!r} job not in this batch")
-                row.append(-(position[id(dep)] + 1))
-            else:
-                row.append(int(dep))
-        rows.append(row)
-    return json.dumps(rows)
-
-
-def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
-    timeouts = [_timeout_interval(s) for s in specs] if any(s.timeout is not None for s in specs) else None
-    keys = [s.concurrency_key for s in specs] if any(s.concurrency_key is not None for s in specs) else None
-    labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
-    return (
-        [s.task for s in specs],
-        "[" + ",".join(s.args_json() for s in specs) + "]",
-        [s.queue for s in specs],
-        [s.run_at for s in specs],
-        [s.delay for s in specs],
-        [s.priority for s in specs],
-        [s.idempotency_key for s in specs],
-        [s.max_attempts for s in specs],
-        [s.tenant for s in specs],
-        labels,
-        _dependency_json(specs),
-        [s.on_dependency_failure for s in specs] if any(s.on_dependency_failure for s in specs) else None,
-        trace_context,
-        timeouts,
-        keys,
-        [s.key_scope for s in specs] if any(s.key_scope is not None for s in specs) else None,
-    )
 
 
 __all__ = ["App", "PgschedError", "ScheduleSpec"]
