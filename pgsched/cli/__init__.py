@@ -17,6 +17,8 @@ COMMAND_MODULES = (
     "worker",
     "schedules",
     "jobs",
+    "enqueue",
+    "dlq",
     "command",
     "stats",
     "db",
