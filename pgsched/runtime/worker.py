@@ -33,21 +33,23 @@ from pgsched.db.dbconn import Reconnecting
 from pgsched.db.settings import is_embedded_fallback
 from pgsched.observe.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.observe.redact import describe
-from pgsched.runtime import burst, dependencies
+from pgsched.runtime import burst
+from pgsched.runtime.claiming import PassOver, claimed_fields, job_context
 from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
 from pgsched.runtime.heartbeater import Heartbeater
+from pgsched.runtime.housekeeping import LoneHousekeeping
 from pgsched.runtime.limits import resource_limits
 from pgsched.runtime.listener import Listener
 from pgsched.runtime.options import WorkerOptions, default_worker_name
-from pgsched.runtime.routing import ClaimQueues, warn_unserved
+from pgsched.runtime.outcomes import record_written
+from pgsched.runtime.routing import ClaimQueues
 from pgsched.runtime.starter import Starter
 from pgsched.runtime.vacuumer import Vacuumer
 
 log = logging.getLogger(__name__)
 
-UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live worker serves
 # Worker.run()'s exit code when abandoned handler threads piled up: restart the process
 # (`pgsched worker` re-executes itself; with --recycle exit it exits with it, EX_TEMPFAIL).
 RECYCLE_EXIT_CODE = 75
@@ -75,8 +77,6 @@ class Worker:
         self._forced = False
         self._shard_cursor = random.randrange(1024)
         self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
-        self._next_unserved_check = 0.0
-        self._passed_over_said: dict[str, float] = {}  # task -> when to warn again about passing its jobs over
         self.counts = {
             "claimed": 0,
             "completed": 0,
@@ -105,10 +105,12 @@ class Worker:
         self._vacuumer: Vacuumer | None = None
         self._keeper: ScheduleKeeper | None = None  # expands schedules on shards no scanner holds
         self._claim_db: Reconnecting | None = None
-        self._next_housekeeping = 0.0
-        self._next_expiry = 0.0
-        self._next_maintain = 0.0
-        self._next_rollup = 0.0
+        self._housekeeping = LoneHousekeeping(
+            self.name,
+            enabled=self.options.housekeeping,
+            poll_interval=self.options.poll_interval,
+            lease=self.options.lease,
+        )
         self._last_claim = 0.0
         self._rate_wait: float | None = None  # set when every queue is at its rate limit
         self._next_rate_check = 0.0
@@ -125,6 +127,7 @@ class Worker:
             ],
         )
         self._metrics_server: MetricsServer | None = None
+        self._passer = PassOver(self.metrics, self.counts)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -282,7 +285,7 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             try:
-                self._housekeeping()
+                self._housekeeping.tick(self._claim_db)
                 held = len(self._held)
                 free = self.capacity - held
                 claimed = 0
@@ -338,7 +341,7 @@ class Worker:
             params.update(at_once=at_once, tasks=list(self.app.tasks))
             with conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(queries.CLAIM_AND_START, params).fetchall()
-            return [(ClaimedJob(**_claimed(row)), row["started"], row["timeout"]) for row in rows]
+            return [(ClaimedJob(**claimed_fields(row)), row["started"], row["timeout"]) for row in rows]
 
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
@@ -349,11 +352,11 @@ class Worker:
         claimed = len(jobs)
         unknown = [job for job, _, _ in jobs if job.task not in self.app.tasks]
         if unknown:
-            self._pass_over(unknown)
+            self._passer.hand_back(self._claim_db, unknown)
             jobs = [entry for entry in jobs if entry[0].task in self.app.tasks]
         if not jobs:
             return claimed
-        contexts = [_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
+        contexts = [job_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
         with self._lock:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
@@ -364,46 +367,6 @@ class Worker:
                 ctx._due_at_claim = (due, claimed_at)
         self._executor.submit_many(contexts)
         return claimed
-
-    def _pass_over(self, jobs: list[ClaimedJob]) -> None:
-        """Hand back jobs of tasks this worker does not know, for a worker that knows them (pgsched.pass_over):
-        their attempt is given back; the database sends one dead only once no live worker has registered its task
-        for pgsched.config.unserved_task_timeout."""
-        assert self._claim_db is not None
-        ids = [job.id for job in jobs]
-        tokens = [job.lease_token for job in jobs]
-        try:
-            rows = self._claim_db.call(lambda c: c.execute(queries.PASS_OVER, (ids, tokens)).fetchall())
-        except psycopg.Error as exc:
-            log.error("could not hand back %d jobs of unknown tasks (%s); their leases will expire", len(ids), exc)
-            return
-        outcomes = dict(rows)
-        for job in jobs:
-            outcome = outcomes.get(job.id, "lease_lost")
-            extra = {"job_id": job.id, "task": job.task, "queue": job.queue}
-            self.metrics.count(job.queue, job.task, "dead" if outcome == "dead" else "passed_over")
-            if outcome == "dead":
-                self.counts["dead"] += 1
-                log.error(
-                    "job %s is dead: no live worker has registered its task %r for the unserved task timeout",
-                    job.id,
-                    job.task,
-                    extra=extra,
-                )
-            else:
-                self.counts["passed_over"] += 1
-                now = time.monotonic()
-                loud = now >= self._passed_over_said.get(job.task, 0.0)
-                if loud:  # once per task per UNSERVED_CHECK_INTERVAL: it may come back every second
-                    self._passed_over_said[job.task] = now + UNSERVED_CHECK_INTERVAL
-                log.log(
-                    logging.WARNING if loud else logging.DEBUG,
-                    "job %s: task %r is not registered in this worker; handed back (%s) for a worker that knows it",
-                    job.id,
-                    job.task,
-                    outcome,
-                    extra=extra,
-                )
 
     def _check_rate_limits(self) -> None:
         """After a short claim: if every queue is at its rate limit, sleep until the next start is allowed.
@@ -448,32 +411,6 @@ class Worker:
             self._burst_said, self._burst_said_at = said, now
         return False
 
-    def _housekeeping(self) -> None:
-        """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
-        now = time.monotonic()
-        if now >= self._next_unserved_check and self._claim_db is not None:
-            self._next_unserved_check = now + UNSERVED_CHECK_INTERVAL
-            warn_unserved(self._claim_db.get(), self.name)
-        if not self.options.housekeeping:
-            return
-        if now < self._next_housekeeping:
-            return
-        assert self._claim_db is not None
-        conn = self._claim_db.get()
-        self._next_housekeeping = now + self.options.poll_interval
-        conn.execute(queries.PROMOTE_DUE)
-        if now >= self._next_expiry:
-            self._next_expiry = now + max(1.0, self.options.lease / 4)
-            expired = conn.execute(queries.EXPIRE_LEASES).fetchone()
-            if expired and expired[0]:
-                log.info("expired %d leases of dead or stalled workers", expired[0])
-        if now >= self._next_maintain:
-            self._next_maintain = now + 3600
-            conn.execute(queries.MAINTAIN)
-        if now >= self._next_rollup:
-            self._next_rollup = now + 60  # scanners roll up every 15 s; this covers a cluster without one
-            conn.execute(queries.ROLLUP_QUEUE_HISTORY)
-
     # -- callbacks from other threads -------------------------------------
 
     def _on_done(self, ctx: JobContext, outcome: Outcome) -> None:
@@ -517,47 +454,7 @@ class Worker:
             self._wake.set()
 
     def _on_written(self, outcome: Outcome, state: str) -> None:
-        job = outcome.job
-        extra = {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
-        self.metrics.count(job.queue, job.task, _OUTCOMES.get(state) or _retry_outcome(outcome))
-        if state == "completed":
-            self.counts["completed"] += 1
-        elif state == "lease_lost":
-            self.counts["lost"] += 1
-            log.warning(
-                "job %s: outcome %s rejected, the lease had moved on (stale token %s)",
-                job.id,
-                outcome.kind,
-                job.lease_token,
-                extra=extra,
-            )
-        elif state == "dead":
-            self.counts["dead"] += 1
-            log.error(
-                "job %s (%s) is dead after attempt %s: %s",
-                job.id,
-                job.task,
-                job.attempt,
-                _first_line(outcome.error),
-                extra=extra,
-            )
-        elif state == "cancelled":
-            self.counts["cancelled"] += 1
-            log.info("job %s cancelled", job.id, extra=extra)
-        elif outcome.kind is Kind.SNOOZE:
-            self.counts["snoozed"] += 1
-            log.info("job %s (%s) snoozed for %s", job.id, job.task, outcome.delay, extra=extra)
-        else:
-            self.counts["failed"] += 1
-            log.warning(
-                "job %s (%s) failed attempt %s, will retry (%s): %s",
-                job.id,
-                job.task,
-                job.attempt,
-                state,
-                _first_line(outcome.error),
-                extra=extra,
-            )
+        record_written(self.metrics, self.counts, outcome, state)
 
     def _lease_pairs(self) -> list[tuple[int, int]]:
         with self._lock:  # not those let go (lost, or stuck behind a blocked loop): their leases run out
@@ -681,31 +578,3 @@ class Worker:
 
 
 # pgsched_worker_jobs_total{outcome} for the states complete()/fail()/snooze() report.
-_OUTCOMES = {"completed": "completed", "lease_lost": "lost", "dead": "dead", "cancelled": "cancelled"}
-
-
-def _retry_outcome(outcome: Outcome) -> str:
-    return "snoozed" if outcome.kind is Kind.SNOOZE else "retried"
-
-
-def _claimed(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("started", "timeout")}
-
-
-def _context(job: ClaimedJob, worker: str, started: str | None, timeout: float | None, dsn: str) -> JobContext:
-    """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
-    ctx = JobContext(job=job, worker=worker, timeout=timeout, _load_dependencies=dependencies.from_dsn(dsn, job.id))
-    if started == "started":
-        ctx._stamped = True
-    elif started == "cancel_requested":
-        ctx._request_cancel()
-    elif started == "lease_lost":
-        ctx._mark_lease_lost()
-    return ctx
-
-
-def _first_line(text: str | None) -> str:
-    if not text:
-        return ""
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
