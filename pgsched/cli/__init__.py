@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "dlq",
     "command",
     "stats",
+    "queues",
     "db",
     "demo",
     "bench",
