@@ -27,7 +27,7 @@ class LoneHousekeeping:
         self._next_housekeeping = 0.0
         self._next_expiry = 0.0
         self._next_maintain = 0.0
-        self._next_rollup = 0.0
+        self.next_rollup = 0.0
 
     def tick(self, claim_db: Reconnecting | None) -> None:
         """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
@@ -51,6 +51,6 @@ class LoneHousekeeping:
         if now >= self._next_maintain:
             self._next_maintain = now + 3600
             conn.execute(queries.MAINTAIN)
-        if now >= self._next_rollup:
-            self._next_rollup = now + 60  # scanners roll up every 15 s; this covers a cluster without one
+        if now >= self.next_rollup:
+            self.next_rollup = now + 60  # scanners roll up every 15 s; this covers a cluster without one
             conn.execute(queries.ROLLUP_QUEUE_HISTORY)

@@ -251,6 +251,15 @@ class Worker:
         """The port serving this worker's /metrics (None when not serving)."""
         return None if self._metrics_server is None else self._metrics_server.port
 
+    @property
+    def _next_rollup(self) -> float:
+        """When the worker's own housekeeping next rolls up queue history (monotonic; set it to bring that forward)."""
+        return self._housekeeping.next_rollup
+
+    @_next_rollup.setter
+    def _next_rollup(self, at: float) -> None:
+        self._housekeeping.next_rollup = at
+
     def _startup(self, conn: psycopg.Connection[Any]) -> None:
         import json
 
