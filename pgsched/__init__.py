@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pgsched.api.app import App
-from pgsched.api.events import Event
-from pgsched.api.handle import JobHandle, JobStatus, Progress
+from pgsched.core.event import Event
+from pgsched.core.handle import JobHandle, JobStatus, Progress
 from pgsched.core.job import ClaimedJob, Dependency, JobContext, JobState, current_job
 from pgsched.core.task import JobSpec, Ref, Task
+from pgsched.core.version import VERSION
 from pgsched.errors import (
     ConfigurationError,
     DatabaseError,
@@ -33,7 +34,7 @@ from pgsched.errors import (
     WorkerStopping,
 )
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "App",

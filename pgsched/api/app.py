@@ -2,73 +2,37 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
-import select
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb
 
 from pgsched.api.events import EventHooks, H
-from pgsched.api.handle import JobHandle
-from pgsched.core.task import JobSpec, Ref, Task, check_resource_limits, check_timeout
+from pgsched.api.params import (
+    command_params,
+    enqueue_many_params,
+    enqueue_params,
+    limit_params,
+    plain_jobs,
+    service_params,
+    with_callback,
+)
+from pgsched.core.handle import JobHandle
+from pgsched.core.registry import UPSERT_SCHEDULE, Registry, ScheduleSpec, schedule_params
+from pgsched.core.task import JobSpec, Task
 from pgsched.db import queries
-from pgsched.errors import PgschedError, TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
+from pgsched.db.producer import Producer
+from pgsched.errors import PgschedError
 from pgsched.observe import otel
 
 if TYPE_CHECKING:
     from pgsched.runtime.drain import DrainResult
 
-P = ParamSpec("P")
-_SCHEDULE_POLICIES = {
-    "gap": ("run", "skip"),
-    "overlap": ("once", "twice"),
-    "misfire": ("skip", "latest", "all"),
-    "concurrency": ("allow", "skip", "queue", "replace"),
-}
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleSpec:
-    """A recurring schedule defined in code with App.cron(); synced into pgsched.schedules at worker start."""
-
-    name: str
-    cron: str
-    task: str
-    args: dict[str, Any] = field(default_factory=dict)
-    timezone: str = "UTC"
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int | None = None
-    gap: str = "run"
-    overlap: str = "once"
-    misfire: str = "latest"
-    misfire_cap: int = 100
-    misfire_grace: timedelta = timedelta(minutes=1)
-    concurrency: str = "skip"
-    horizon: timedelta = timedelta(hours=1)
-    enabled: bool = True
-
-
-R = TypeVar("R")
-
-# The names pgsched.jobs accepts (CHECK jobs_task_valid).
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
-
-
-def _default_task_name(func: Callable[..., Any]) -> str:
-    """``module.function``; a function defined inside another keeps its outer names, not ``<locals>``."""
-    return f"{func.__module__}.{func.__qualname__.replace('<locals>.', '')}"
-
-
-class App:
+class App(Registry):
     """Tasks and schedules of one application, and the way to its database.
 
     The DSN is, in order: the ``dsn`` argument, PGSCHED_DSN, DATABASE_URL,
@@ -76,17 +40,12 @@ class App:
     """
 
     def __init__(self, dsn: str | None = None, *, name: str = "pgsched") -> None:
+        super().__init__()
         self._dsn = dsn
         self.name = name
-        self.tasks: dict[str, Task[Any, Any]] = {}
-        self.schedules: dict[str, ScheduleSpec] = {}
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
+        # The app's own connections, for the calls made without conn=.
+        self._own = Producer(lambda: self.dsn)
         self.event_hooks = EventHooks()
-        # The async calls' own connection, bound to the event loop that opened it.
-        self._aconn: psycopg.AsyncConnection[Any] | None = None
-        self._aconn_loop: asyncio.AbstractEventLoop | None = None
-        self._alock: asyncio.Lock | None = None
 
     # -- configuration ---------------------------------------------------
 
@@ -104,189 +63,6 @@ class App:
         self.close()
         self._dsn = dsn
 
-    # -- registration ----------------------------------------------------
-
-    @overload
-    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    @overload
-    def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        max_attempts: int | None = None,
-        priority: int = 0,
-        retry_backoff: float | None = None,
-        retry_backoff_max: float | None = None,
-        retry_jitter: float | None = None,
-        labels: Sequence[str] = (),
-        timeout: float | None = None,
-        key_scope: str | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
-
-    def task(
-        self,
-        fn: Callable[P, R] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        max_attempts: int | None = None,
-        priority: int = 0,
-        retry_backoff: float | None = None,
-        retry_backoff_max: float | None = None,
-        retry_jitter: float | None = None,
-        labels: Sequence[str] = (),
-        timeout: float | None = None,
-        key_scope: str | None = None,
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
-        """Register a handler. ``name`` (what plain SQL enqueues by) defaults to ``module.function``.
-
-        retry_backoff / retry_backoff_max are seconds (exponential from the
-        first, capped at the second); retry_jitter is the fraction removed at
-        random. Unset values fall back to the queue's, then the install's.
-        key_scope: how long an idempotency key of its jobs is held, 'active'
-        (while the job is) or 'retention' (also the retention after it ended,
-        the default); a job's own key_scope wins.
-        """
-
-        def register(func: Callable[P, R]) -> Task[P, R]:
-            task_name = name or _default_task_name(func)
-            if not _TASK_NAME.fullmatch(task_name):
-                raise ValueError(f"{task_name!r} is not a valid task name (letters, digits, _ . : -); pass name=...")
-            if task_name in self.tasks and self.tasks[task_name].fn is not func:
-                raise TaskAlreadyRegistered(f"a task named {task_name!r} is already registered")
-            if max_attempts is not None and max_attempts < 1:
-                raise ValueError("max_attempts must be at least 1")
-            created = Task(
-                self,
-                func,
-                name=task_name,
-                queue=queue,
-                max_attempts=max_attempts,
-                priority=priority,
-                retry_backoff=retry_backoff,
-                retry_backoff_max=retry_backoff_max,
-                retry_jitter=retry_jitter,
-                labels=labels,
-                timeout=timeout,
-                key_scope=key_scope,
-            )
-            self.tasks[task_name] = created
-            return created
-
-        if fn is not None:
-            return register(fn)
-        return register
-
-    def service(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        max_attempts: int | None = None,
-        priority: int = 0,
-        retry_backoff: float | None = None,
-        retry_backoff_max: float | None = None,
-        retry_jitter: float | None = None,
-        labels: Sequence[str] = (),
-        memory_limit: int | None = None,
-        cpu_limit: float | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
-        """Register a service: a handler that runs until its job is cancelled (docs/services.md).
-
-        Its jobs (``.enqueue(...)``, always through pgsched.enqueue_service)
-        have no timeout and are started again on another worker within a
-        lease when their worker dies; lease expiries never send them dead.
-        With an idempotency key, one job per key is alive at a time: enqueue
-        again and you get the running one. The handler should loop until
-        ``ctx.should_stop`` (take a JobContext parameter); a run that raises
-        is retried by the policy like any task, one that returns ends the
-        job completed. ``memory_limit`` (MiB) and ``cpu_limit`` (CPUs) are its
-        jobs' resource limits (None: config.service_memory_limit / cpu_limit,
-        0: none); enforced in ``--pool process`` workers.
-        """
-        check_resource_limits(memory_limit, cpu_limit, "a service")
-
-        def register(func: Callable[P, R]) -> Task[P, R]:
-            created = self.task(
-                name=name,
-                queue=queue,
-                max_attempts=max_attempts,
-                priority=priority,
-                retry_backoff=retry_backoff,
-                retry_backoff_max=retry_backoff_max,
-                retry_jitter=retry_jitter,
-                labels=labels,
-            )(func)
-            created.service = True
-            created.memory_limit, created.cpu_limit = memory_limit, cpu_limit
-            return created
-
-        return register
-
-    def cron(
-        self,
-        expr: str,
-        *,
-        tz: str = "UTC",
-        name: str | None = None,
-        args: dict[str, Any] | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        gap: str = "run",
-        overlap: str = "once",
-        misfire: str = "latest",
-        misfire_cap: int = 100,
-        misfire_grace: timedelta = timedelta(minutes=1),
-        concurrency: str = "skip",
-        horizon: timedelta = timedelta(hours=1),
-    ) -> Callable[[Any], Any]:
-        """Run a task on a cron schedule in an IANA time zone (synced to pgsched.schedules at worker start).
-
-        Decorates a function (registering it as a task) or a Task. Policies:
-        gap 'run'|'skip' (a local time that does not exist), overlap
-        'once'|'twice' (a fixed local time that happens twice), misfire
-        'skip'|'latest'|'all' (occurrences missed while nothing ran),
-        concurrency 'allow'|'skip'|'queue'|'replace' (previous run still going).
-        """
-        from pgsched.core import cron as cronlib
-
-        cronlib.validate(expr, tz)
-        chosen = {"gap": gap, "overlap": overlap, "misfire": misfire, "concurrency": concurrency}
-        for key, value in chosen.items():
-            if value not in _SCHEDULE_POLICIES[key]:
-                raise ValueError(f"{key} policy must be one of {', '.join(_SCHEDULE_POLICIES[key])}, not {value!r}")
-
-        def register(target: Any) -> Any:
-            task = target if isinstance(target, Task) else self.task(target)
-            spec = ScheduleSpec(
-                name=name or task.name,
-                cron=expr,
-                task=task.name,
-                args=dict(args or {}),
-                timezone=tz,
-                queue=queue or task.queue,
-                priority=task.priority if priority is None else priority,
-                max_attempts=task.max_attempts,
-                gap=gap,
-                overlap=overlap,
-                misfire=misfire,
-                misfire_cap=misfire_cap,
-                misfire_grace=misfire_grace,
-                concurrency=concurrency,
-                horizon=horizon,
-            )
-            if spec.name in self.schedules and self.schedules[spec.name] != spec:
-                raise ValueError(f"a schedule named {spec.name!r} is already defined")
-            self.schedules[spec.name] = spec
-            return task
-
-        return register
-
     def sync_tasks(self, conn: psycopg.Connection[Any] | None = None) -> int:
         """Register the tasks' policies (queue, max_attempts, backoff, timeout, labels) in pgsched.tasks, as a
         worker does at start, so SQL and CLI enqueues use them before any worker ran; returns how many rows
@@ -299,97 +75,24 @@ class App:
     def sync_schedules(self, conn: psycopg.Connection[Any] | None = None) -> int:
         """Write the schedules defined in code into pgsched.schedules; returns how many."""
         for spec in self.schedules.values():
-            self._run(
-                conn,
-                "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s, timezone => %s,"
-                " queue => %s, priority => %s, max_attempts => %s, gap_policy => %s, overlap_policy => %s,"
-                " misfire_policy => %s, misfire_cap => %s, misfire_grace => %s, concurrency => %s,"
-                " enabled => %s, horizon => %s, source => 'code')",
-                (
-                    spec.name,
-                    spec.cron,
-                    spec.task,
-                    Jsonb(spec.args),
-                    spec.timezone,
-                    spec.queue,
-                    spec.priority,
-                    spec.max_attempts,
-                    spec.gap,
-                    spec.overlap,
-                    spec.misfire,
-                    spec.misfire_cap,
-                    spec.misfire_grace,
-                    spec.concurrency,
-                    spec.enabled,
-                    spec.horizon,
-                ),
-            )
+            self._run(conn, UPSERT_SCHEDULE, schedule_params(spec))
         return len(self.schedules)
-
-    def get_task(self, name: str) -> Task[Any, Any]:
-        """The task registered under name; raises TaskNotRegistered."""
-        try:
-            return self.tasks[name]
-        except KeyError:
-            raise TaskNotRegistered(f"no task is registered under {name!r}") from None
 
     # -- connections -------------------------------------------------------
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         """A new autocommit connection to the app's database."""
-        try:
-            return psycopg.connect(self.dsn, autocommit=True, **kwargs)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        return self._own.connect(**kwargs)
 
     def _run(self, conn: psycopg.Connection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
-        try:
-            if conn is not None:
-                return _fetch(conn, query, params)
-            with self._lock:
-                if self._conn is None or self._conn.closed or _dropped(self._conn):
-                    # Reconnect before sending, never after: a statement whose
-                    # reply was lost may have committed, and sending it again
-                    # could enqueue a job twice. That error goes to the caller.
-                    if self._conn is not None:
-                        self._conn.close()
-                    self._conn = self.connect()
-                return _fetch(self._conn, query, params)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        return self._own.run(conn, query, params)
 
     async def _arun(self, conn: psycopg.AsyncConnection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]:
-        try:
-            if conn is not None:
-                return await _afetch(conn, query, params)
-            loop = asyncio.get_running_loop()
-            if self._alock is None or self._aconn_loop is not loop:
-                # A connection belongs to the loop that opened it: a new loop opens its own.
-                self._drop_async()
-                self._alock = asyncio.Lock()
-                self._aconn_loop = loop
-            async with self._alock:
-                if self._aconn is None or self._aconn.closed or self._aconn.broken:
-                    # As in _run: reconnect before sending, never resend after a lost reply.
-                    self._drop_async()
-                    self._aconn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-                return await _afetch(self._aconn, query, params)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
-
-    def _drop_async(self) -> None:
-        if self._aconn is not None:
-            if not self._aconn.closed:
-                self._aconn.pgconn.finish()  # no await needed: closes the socket
-            self._aconn = None
+        return await self._own.arun(conn, query, params)
 
     def close(self) -> None:
         """Close the app's own connections (enqueues without conn= reopen them)."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._drop_async()
+        self._own.close()
 
     # -- producing -------------------------------------------------------
 
@@ -452,25 +155,25 @@ class App:
     def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
         """Enqueue one JobSpec in one round trip; returns the job id (the holder's, for a repeated key)."""
         if spec.service:
-            return JobHandle(int(self._run(conn, queries.ENQUEUE_SERVICE, _service_params(spec))[0][0]), self)
+            return JobHandle(int(self._run(conn, queries.ENQUEUE_SERVICE, service_params(spec))[0][0]), self)
         if otel.ENABLED and otel.live():
             with otel.enqueue_span([spec]) as sending:
-                job_id = int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))[0][0])
+                job_id = int(self._run(conn, queries.ENQUEUE, enqueue_params(spec, sending.context))[0][0])
                 sending.sent([job_id])
                 return JobHandle(job_id, self)
-        return JobHandle(int(self._run(conn, queries.ENQUEUE, _enqueue_params(spec))[0][0]), self)
+        return JobHandle(int(self._run(conn, queries.ENQUEUE, enqueue_params(spec))[0][0]), self)
 
     async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
         """enqueue_spec() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
         if spec.service:
-            rows = await self._arun(conn, queries.ENQUEUE_SERVICE, _service_params(spec))
+            rows = await self._arun(conn, queries.ENQUEUE_SERVICE, service_params(spec))
             return JobHandle(int(rows[0][0]), self)
         if otel.ENABLED and otel.live():
             with otel.enqueue_span([spec]) as sending:
-                rows = await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec, sending.context))
+                rows = await self._arun(conn, queries.ENQUEUE, enqueue_params(spec, sending.context))
                 sending.sent([int(rows[0][0])])
                 return JobHandle(int(rows[0][0]), self)
-        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, _enqueue_params(spec)))[0][0]), self)
+        return JobHandle(int((await self._arun(conn, queries.ENQUEUE, enqueue_params(spec)))[0][0]), self)
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec], *, conn: psycopg.Connection[Any] | None = None, then: JobSpec | None = None
@@ -485,15 +188,15 @@ class App:
         outcome (``on_dependency_failure='run'`` unless it says otherwise),
         and reads their outcomes in ``ctx.dependencies``; its handle comes last.
         """
-        specs = _with_callback(_plain_jobs(jobs), then)
+        specs = with_callback(plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
             with otel.enqueue_span(specs) as sending:
-                rows = self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                rows = self._run(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs, sending.context))
                 sending.sent([int(r[0]) for r in rows])
                 return [JobHandle(int(r[0]), self) for r in rows]
-        return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))]
+        return [JobHandle(int(r[0]), self) for r in self._run(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs))]
 
     async def enqueue_many_async(
         self,
@@ -503,15 +206,15 @@ class App:
         then: JobSpec | None = None,
     ) -> list[JobHandle]:
         """enqueue_many() for asyncio: one statement, in ``conn``'s current transaction when given."""
-        specs = _with_callback(_plain_jobs(jobs), then)
+        specs = with_callback(plain_jobs(jobs), then)
         if not specs:
             return []
         if otel.ENABLED and otel.live():
             with otel.enqueue_span(specs) as sending:
-                rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs, sending.context))
+                rows = await self._arun(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs, sending.context))
                 sending.sent([int(r[0]) for r in rows])
                 return [JobHandle(int(r[0]), self) for r in rows]
-        rows = await self._arun(conn, queries.ENQUEUE_MANY, _enqueue_many_params(specs))
+        rows = await self._arun(conn, queries.ENQUEUE_MANY, enqueue_many_params(specs))
         return [JobHandle(int(r[0]), self) for r in rows]
 
     def enqueue_command(
@@ -543,9 +246,9 @@ class App:
         non-string or NUL-bearing element or env value, a relative cwd, sizes past
         the limits; the database checks the same again.
         """
-        params = _command_params(
+        params = command_params(
             argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
-        ) + _limit_params(memory_limit, cpu_limit)
+        ) + limit_params(memory_limit, cpu_limit)
         return JobHandle(int(self._run(conn, queries.ENQUEUE_COMMAND, params)[0][0]), self)
 
     async def enqueue_command_async(
@@ -568,9 +271,9 @@ class App:
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> JobHandle:
         """enqueue_command() for asyncio: with ``conn`` (an AsyncConnection) in its current transaction."""
-        params = _command_params(
+        params = command_params(
             argv, env, cwd, timeout, queue, max_attempts, run_at, delay, priority, idempotency_key, labels, tenant
-        ) + _limit_params(memory_limit, cpu_limit)
+        ) + limit_params(memory_limit, cpu_limit)
         return JobHandle(int((await self._arun(conn, queries.ENQUEUE_COMMAND, params))[0][0]), self)
 
     def job(self, job_id: int) -> JobHandle:
@@ -613,7 +316,7 @@ class App:
     def on_event(self, *states: str) -> Callable[[H], H]:
         """Register a hook for status events: ``@app.on_event("completed")`` (no states: all three).
 
-        The hook gets a pgsched.api.events.Event. Hooks run where the event stream
+        The hook gets a pgsched.Event. Hooks run where the event stream
         is followed: ``pgsched events --follow --app MODULE:APP``, or
         ``app.follow_events()`` in a process of your own (docs/events.md).
         """
@@ -652,214 +355,10 @@ class App:
 
     def run_worker(self, **options: Any) -> int:
         """Run a worker in this process until it is stopped (see pgsched.runtime.worker.Worker)."""
-        from pgsched.runtime.worker import Worker, WorkerOptions
+        from pgsched.runtime.options import WorkerOptions
+        from pgsched.runtime.worker import Worker
 
         return Worker(self, WorkerOptions(**options)).run()
-
-
-def _dropped(conn: psycopg.Connection[Any]) -> bool:
-    """True when an idle connection's socket has something to read: the server closed it (or said why)."""
-    if conn.broken:
-        return True
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
-
-
-def _fetch(conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
-    if isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(
-            "a psycopg.AsyncConnection goes with the async calls (enqueue_async, enqueue_many_async, "
-            "cancel_async); these take a psycopg.Connection"
-        )
-    # Tuples whatever row factory the caller's connection uses.
-    with conn.cursor(row_factory=tuple_row) as cur:
-        return cur.execute(query, params).fetchall()
-
-
-async def _afetch(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequence[Any]) -> list[Any]:
-    if not isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(f"the async calls take a psycopg.AsyncConnection, not {type(conn).__name__}")
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
-
-
-def _job_params(spec: JobSpec) -> tuple[Any, ...]:
-    """The parameters enqueue and enqueue_service share, in their order."""
-    return (
-        spec.task,
-        Jsonb(spec.args, dumps=lambda _: spec.args_json()),
-        spec.queue,
-        spec.run_at,
-        spec.delay,
-        spec.priority,
-        spec.idempotency_key,
-        spec.max_attempts,
-        list(spec.labels),
-        spec.tenant,
-    )
-
-
-def _timeout_interval(spec: JobSpec) -> timedelta | None:
-    """The job's own timeout as the interval the SQL functions take (None: the task's, else none)."""
-    return None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout"))
-
-
-def _enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
-    return (
-        *_job_params(spec),
-        _timeout_interval(spec),
-        _dependency_ids(spec) or None,
-        spec.on_dependency_failure,
-        trace_context,
-        spec.concurrency_key,
-        spec.on_conflict,
-        spec.key_scope,
-    )
-
-
-def _service_params(spec: JobSpec) -> tuple[Any, ...]:
-    """enqueue_service's parameters: a service has no timeout and no dependencies; it has resource limits."""
-    if spec.timeout is not None or spec.depends_on:
-        raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
-    if spec.on_conflict == "replace" or spec.key_scope is not None:
-        raise ValueError(
-            f"a {spec.task!r} service holds its idempotency key while it runs: it takes no on_conflict or key_scope"
-        )
-    return (*_job_params(spec), spec.memory_limit, spec.cpu_limit)
-
-
-def _plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
-    specs = list(jobs)
-    for i, spec in enumerate(specs):
-        if spec.service:
-            raise ValueError(f"job {i + 1} of the batch is a service: enqueue services one at a time (enqueue_spec)")
-        if spec.on_conflict == "replace":
-            raise ValueError(f"job {i + 1} of the batch has on_conflict='replace': replace one job at a time (enqueue)")
-    return specs
-
-
-def _with_callback(specs: list[JobSpec], then: JobSpec | None) -> list[JobSpec]:
-    """The batch with ``then`` appended, depending on every job of it (a fan-in whatever the outcomes)."""
-    if then is None:
-        return specs
-    if not isinstance(then, JobSpec):
-        raise TypeError(f"then takes a JobSpec (task.job(...)), not {then!r}")
-    if not specs:
-        raise ValueError("then= needs a batch to wait for: the batch is empty")
-    if then.service:
-        raise ValueError("then= cannot be a service: it runs once, after the batch")
-    callback = replace(
-        then,
-        depends_on=(*then.depends_on, *(Ref(i) for i in range(len(specs)))),
-        on_dependency_failure=then.on_dependency_failure or "run",
-    )
-    return [*specs, callback]
-
-
-def _command_params(
-    argv: Sequence[str],
-    env: Mapping[str, str] | None,
-    cwd: str | None,
-    timeout: float | timedelta | None,
-    queue: str | None,
-    max_attempts: int | None,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    priority: int | None,
-    idempotency_key: str | None,
-    labels: Sequence[str] | None,
-    tenant: str | None,
-) -> tuple[Any, ...]:
-    """enqueue_command's parameters, checked as the database will (and for NUL bytes, which it cannot carry)."""
-    from pgsched.runtime.commands import check_command
-
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
-        raise TypeError(f"timeout must be seconds or a timedelta, not {timeout!r}")
-    args, variables = check_command(argv, env, cwd, seconds)
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)):
-        raise TypeError(f"max_attempts must be an int or None, not {max_attempts!r}")
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, not {max_attempts}")
-    if labels is not None and (isinstance(labels, str) or not all(isinstance(x, str) and x for x in labels)):
-        raise ValueError(f"labels must be a sequence of non-empty strings, not {labels!r}")
-    return (
-        args,
-        Jsonb(variables),
-        cwd,
-        None if seconds is None else timedelta(seconds=seconds),
-        queue,
-        max_attempts,
-        run_at,
-        delay,
-        priority,
-        idempotency_key,
-        list(labels or ()),
-        tenant,
-    )
-
-
-def _limit_params(memory_limit: int | None, cpu_limit: float | None) -> tuple[Any, ...]:
-    check_resource_limits(memory_limit, cpu_limit, "a command")
-    return (memory_limit, cpu_limit)
-
-
-def _dependency_ids(spec: JobSpec) -> list[int]:
-    for dep in spec.depends_on:
-        if not isinstance(dep, int):
-            raise TypeError(
-                f"depends_on of a {spec.task!r} job: {dep!r} refers to a job of a batch; use App.enqueue_many()"
-            )
-    return [int(d) for d in spec.depends_on if isinstance(d, int)]
-
-
-def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
-    """Each job's dependencies as enqueue_many takes them: ids, and -n for the n-th (1-based) row of the batch."""
-    if not any(s.depends_on for s in specs):
-        return None
-    position = {id(s): n for n, s in enumerate(specs)}
-    rows = []
-    for spec in specs:
-        row = []
-        for dep in spec.depends_on:
-            if isinstance(dep, Ref):
-                row.append(-(dep.index + 1))
-            elif isinstance(dep, JobSpec):
-                if id(dep) not in position:
-                    raise ValueError(f"depends_on of a {spec.task!r} job names a {dep.task!r} job not in this batch")
-                row.append(-(position[id(dep)] + 1))
-            else:
-                row.append(int(dep))
-        rows.append(row)
-    return json.dumps(rows)
-
-
-def _enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
-    timeouts = [_timeout_interval(s) for s in specs] if any(s.timeout is not None for s in specs) else None
-    keys = [s.concurrency_key for s in specs] if any(s.concurrency_key is not None for s in specs) else None
-    labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
-    return (
-        [s.task for s in specs],
-        "[" + ",".join(s.args_json() for s in specs) + "]",
-        [s.queue for s in specs],
-        [s.run_at for s in specs],
-        [s.delay for s in specs],
-        [s.priority for s in specs],
-        [s.idempotency_key for s in specs],
-        [s.max_attempts for s in specs],
-        [s.tenant for s in specs],
-        labels,
-        _dependency_json(specs),
-        [s.on_dependency_failure for s in specs] if any(s.on_dependency_failure for s in specs) else None,
-        trace_context,
-        timeouts,
-        keys,
-        [s.key_scope for s in specs] if any(s.key_scope is not None for s in specs) else None,
-    )
 
 
 __all__ = ["App", "PgschedError", "ScheduleSpec"]

@@ -14,69 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
 
+from pgsched.core.event import CHANNEL, STATES, Event
 from pgsched.db import queries
 from pgsched.db.dbconn import connect_options
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "pgsched_events"
-STATES = ("completed", "dead", "cancelled")
-
 Hook = Callable[["Event"], Any]
 H = TypeVar("H", bound=Hook)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    """One terminal transition of one job.
-
-    ``position`` (the stream position, see ``pgsched.read_events``),
-    ``finished_at`` and ``error`` are known when the event was read from the
-    history; an event parsed from a NOTIFY payload has only the five fields
-    of the payload.
-    """
-
-    id: int
-    queue: str
-    task: str
-    state: str
-    attempt: int
-    position: int | None = None
-    finished_at: datetime | None = None
-    error: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.finished_at is not None:
-            out["finished_at"] = self.finished_at.isoformat()
-        return out
-
-
-def parse_payload(payload: str) -> Event | None:
-    """The event in a pgsched_events NOTIFY payload; None for anything that is not one."""
-    try:
-        data = json.loads(payload)
-        return Event(
-            id=int(data["id"]),
-            queue=str(data["queue"]),
-            task=str(data["task"]),
-            state=str(data["state"]),
-            attempt=int(data["attempt"]),
-        )
-    except (ValueError, TypeError, KeyError):
-        return None
 
 
 def current_position(conn: psycopg.Connection[Any]) -> int:

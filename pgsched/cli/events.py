@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from pgsched.api.events import STATES, Event, EventFollower, EventHooks, current_position, read_events
+from pgsched.api.events import EventFollower, EventHooks, current_position, read_events
 from pgsched.cli.common import handle_errors, printable, state
+from pgsched.core.event import STATES, Event
 
 # The oldest of the last `limit` positions filed.
 _LAST_POSITIONS = """

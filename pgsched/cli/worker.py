@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
     from pgsched.api.app import App
-    from pgsched.runtime.worker import WorkerOptions
+    from pgsched.runtime.options import WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def _worker_options(
     commands: bool = False,
     **_: Any,
 ) -> WorkerOptions:
-    from pgsched.runtime.worker import WorkerOptions
+    from pgsched.runtime.options import WorkerOptions
 
     served = _split(queues)
     if commands and click.get_current_context().get_parameter_source("queues") is click.core.ParameterSource.DEFAULT:

@@ -8,15 +8,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
+from pgsched.core.handle import JobHandle
 from pgsched.core.job import JobContext
 
 if TYPE_CHECKING:
     import psycopg
-
-    from pgsched.api.app import App
-    from pgsched.api.handle import JobHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -192,6 +190,19 @@ def check_timeout(value: float | timedelta, what: str) -> float:
     return seconds
 
 
+class Enqueuer(Protocol):
+    """What a task enqueues its jobs through (the App implements it)."""
+
+    @property
+    def dsn(self) -> str: ...
+
+    def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle: ...
+
+    async def enqueue_spec_async(
+        self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> JobHandle: ...
+
+
 class Task(Generic[P, R]):
     """A function registered with an App under a stable name.
 
@@ -202,7 +213,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        app: Enqueuer,
         fn: Callable[P, R],
         *,
         name: str,

@@ -1,7 +1,7 @@
 """HTML building blocks: escaping by default, formatting of values, tables and the page layout.
 
 Everything inserted into a page goes through ``esc``: a value is HTML only if
-it is a ``Safe``, and only this module and pages.py make those, from constant
+it is a ``Safe``, and only this module and the pages (pages/) make those, from constant
 templates whose holes are escaped (``fmt``). Job arguments, errors, queue and
 worker names are user data and are always escaped.
 """

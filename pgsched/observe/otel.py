@@ -50,9 +50,9 @@ def tracer() -> Any:
     """pgsched's tracer (a proxy until the application sets a TracerProvider, then the real one)."""
     global _tracer
     if _tracer is None:
-        from pgsched import __version__
+        from pgsched.core.version import VERSION
 
-        _tracer = trace.get_tracer("pgsched", __version__)
+        _tracer = trace.get_tracer("pgsched", VERSION)
     return _tracer
 
 

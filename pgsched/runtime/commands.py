@@ -53,8 +53,8 @@ from pgsched.runtime.command_progress import ProgressLines
 from pgsched.runtime.limits import Mechanism, Run, RunLimits, mechanism
 
 if TYPE_CHECKING:
-    from pgsched.api.app import App
-    from pgsched.runtime.worker import WorkerOptions
+    from pgsched.core.registry import Registry
+    from pgsched.runtime.options import WorkerOptions
 
 log = logging.getLogger(__name__)
 
@@ -414,7 +414,7 @@ def _env_name_ok(name: str) -> bool:
     )
 
 
-def serve_commands(app: App, worker_options: WorkerOptions, options: CommandOptions | None = None) -> None:
+def serve_commands(app: Registry, worker_options: WorkerOptions, options: CommandOptions | None = None) -> None:
     """Make a worker of ``app`` run command jobs (what ``--commands`` does).
 
     Registers the task pgsched.command with the runner and adds the label

@@ -30,7 +30,7 @@ from pgsched.runtime.completer import _RawJson
 from pgsched.runtime.journal import ConnJournal
 
 if TYPE_CHECKING:
-    from pgsched.api.app import App
+    from pgsched.core.registry import Registry
     from pgsched.core.task import Task
 
 _STEERING = (Retry, Snooze, GiveUp)
@@ -54,7 +54,7 @@ class DrainResult:
 
 
 def drain(
-    app: App,
+    app: Registry,
     *,
     queues: Sequence[str] | None = None,
     conn: psycopg.Connection[Any] | None = None,

@@ -23,6 +23,7 @@ from typing import Any
 
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.outcome import Kind, Outcome, timed_out
+from pgsched.core.registry import Registry
 from pgsched.runtime import dependencies
 from pgsched.runtime.limits import RunLimits, mechanism
 
@@ -181,12 +182,15 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
     threading.Thread(target=_exit_with_parent, args=(parent,), name="pgsched-parent-watch", daemon=True).start()
     try:
         import asyncio
+        import importlib
 
-        from pgsched.api.loader import load_app
-        from pgsched.runtime.executor import _await, run_sync
+        from pgsched.runtime.handler import _await, run_sync
         from pgsched.runtime.journal import Journal
 
-        app = load_app(app_ref)
+        # The user's App, loaded by its import path as `pgsched worker --app` does: by name, at run time,
+        # so the runtime has no import of the layer above it.
+        loader = importlib.import_module("pgsched.api.loader")
+        app: Registry = loader.load_app(app_ref)
         if dsn is not None:
             app.configure(dsn)
     except BaseException as exc:  # reported to the worker, which fails the job with it

@@ -17,111 +17,49 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg.rows import class_row, dict_row
 
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.outcome import Kind, Outcome
+from pgsched.core.registry import Registry, sync_schedules
+from pgsched.core.version import VERSION
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
 from pgsched.db.settings import is_embedded_fallback
-from pgsched.errors import ConfigurationError
 from pgsched.observe.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.observe.redact import describe
-from pgsched.runtime import burst, dependencies
+from pgsched.runtime import burst
+from pgsched.runtime.claiming import PassOver, claimed_fields, job_context
 from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
 from pgsched.runtime.heartbeater import Heartbeater
+from pgsched.runtime.housekeeping import LoneHousekeeping
 from pgsched.runtime.limits import resource_limits
 from pgsched.runtime.listener import Listener
-from pgsched.runtime.routing import ClaimQueues, warn_unserved
+from pgsched.runtime.options import WorkerOptions, default_worker_name
+from pgsched.runtime.outcomes import record_written
+from pgsched.runtime.routing import ClaimQueues
 from pgsched.runtime.starter import Starter
 from pgsched.runtime.vacuumer import Vacuumer
 
-if TYPE_CHECKING:
-    from pgsched.api.app import App  # the worker runs an App's tasks; the App starts workers
-
 log = logging.getLogger(__name__)
 
-VERSION = "0.1.0"
-UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live worker serves
 # Worker.run()'s exit code when abandoned handler threads piled up: restart the process
 # (`pgsched worker` re-executes itself; with --recycle exit it exits with it, EX_TEMPFAIL).
 RECYCLE_EXIT_CODE = 75
 BURST_REPEAT = 30.0  # seconds between repeats of an unchanged --burst "held back" line
 
 
-@dataclass(kw_only=True)
-class WorkerOptions:
-    """How a worker runs. Durations are seconds."""
-
-    queues: Sequence[str] = ("default",)
-    concurrency: int = 10
-    prefetch: int | None = None  # jobs leased beyond concurrency, waiting for a slot (default: concurrency)
-    lease: float = 30.0
-    heartbeat_interval: float | None = None  # default: lease / 3
-    poll_interval: float = 1.0
-    shutdown_timeout: float = 30.0
-    burst: bool = False
-    name: str | None = None
-    labels: Sequence[str] = ()
-    listen: bool = True
-    housekeeping: bool = True  # promote due jobs, expire dead leases, expand schedules (also without a scanner)
-    vacuum_interval: float = 5.0  # vacuum/analyze pgsched.jobs' partitions when needed (0: leave it to autovacuum)
-    prepare: bool = True  # server-side prepared statements (off behind PgBouncer < 1.21)
-    install_signal_handlers: bool = True
-    completion_batch: int = 1000
-    completion_flush_interval: float = 0.002
-    max_claim: int = 1000
-    check_schema: bool = True
-    metrics_port: int | None = None  # serve Prometheus metrics on this port (0: any free port)
-    metrics_host: str = "127.0.0.1"  # the address metrics_port listens on (0.0.0.0: every interface)
-    stats: dict[str, int] = field(default_factory=dict)
-    pool: str = "thread"  # sync handlers on threads, or "process": in child processes (docs/timeouts.md)
-    app_ref: str | None = None  # MODULE:ATTRIBUTE of the app, for the process pool's children
-    max_abandoned: int | None = None  # abandoned threads and event loops before recycling (default: concurrency // 2)
-    loop_block_timeout: float = 10.0  # seconds the event loop may be blocked before it is abandoned (0: off)
-
-    def validate(self) -> None:
-        if not self.queues:
-            raise ConfigurationError("a worker needs at least one queue")
-        if self.concurrency < 1:
-            raise ConfigurationError("concurrency must be at least 1")
-        if self.lease < 1:
-            raise ConfigurationError("the lease must be at least 1 second")
-        if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease:
-            raise ConfigurationError("the heartbeat interval must be shorter than the lease")
-        if self.poll_interval <= 0:
-            raise ConfigurationError("the poll interval must be positive")
-        if self.vacuum_interval < 0:
-            raise ConfigurationError("the vacuum interval must be positive, or 0 to leave vacuuming to autovacuum")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ConfigurationError("the metrics port must be between 0 and 65535")
-        if self.pool not in ("thread", "process"):
-            raise ConfigurationError(f"the pool must be 'thread' or 'process', not {self.pool!r}")
-        if self.pool == "process" and not self.app_ref:
-            raise ConfigurationError("the process pool needs the app as MODULE:ATTRIBUTE (app_ref, --app)")
-        if self.max_abandoned is not None and self.max_abandoned < 1:
-            raise ConfigurationError("max_abandoned must be at least 1")
-        if self.loop_block_timeout < 0:
-            raise ConfigurationError("the loop block timeout must be positive, or 0 to turn the watchdog off")
-
-
-def default_worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{random.randrange(16**4):04x}"
-
-
 class Worker:
     """Runs an App's tasks from its queues until stopped (SIGTERM/SIGINT, stop(), or --burst running dry)."""
 
-    def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
+    def __init__(self, app: Registry, options: WorkerOptions | None = None) -> None:
         self.app = app
         self.options = options or WorkerOptions()
         self.options.validate()
@@ -139,8 +77,6 @@ class Worker:
         self._forced = False
         self._shard_cursor = random.randrange(1024)
         self._queues = ClaimQueues(self.options.queues, refresh=self.options.poll_interval)
-        self._next_unserved_check = 0.0
-        self._passed_over_said: dict[str, float] = {}  # task -> when to warn again about passing its jobs over
         self.counts = {
             "claimed": 0,
             "completed": 0,
@@ -169,10 +105,12 @@ class Worker:
         self._vacuumer: Vacuumer | None = None
         self._keeper: ScheduleKeeper | None = None  # expands schedules on shards no scanner holds
         self._claim_db: Reconnecting | None = None
-        self._next_housekeeping = 0.0
-        self._next_expiry = 0.0
-        self._next_maintain = 0.0
-        self._next_rollup = 0.0
+        self._housekeeping = LoneHousekeeping(
+            self.name,
+            enabled=self.options.housekeeping,
+            poll_interval=self.options.poll_interval,
+            lease=self.options.lease,
+        )
         self._last_claim = 0.0
         self._rate_wait: float | None = None  # set when every queue is at its rate limit
         self._next_rate_check = 0.0
@@ -189,6 +127,7 @@ class Worker:
             ],
         )
         self._metrics_server: MetricsServer | None = None
+        self._passer = PassOver(self.metrics, self.counts)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -312,6 +251,15 @@ class Worker:
         """The port serving this worker's /metrics (None when not serving)."""
         return None if self._metrics_server is None else self._metrics_server.port
 
+    @property
+    def _next_rollup(self) -> float:
+        """When the worker's own housekeeping next rolls up queue history (monotonic; set it to bring that forward)."""
+        return self._housekeeping.next_rollup
+
+    @_next_rollup.setter
+    def _next_rollup(self, at: float) -> None:
+        self._housekeeping.next_rollup = at
+
     def _startup(self, conn: psycopg.Connection[Any]) -> None:
         import json
 
@@ -322,7 +270,7 @@ class Worker:
         if self.app.tasks:
             conn.execute(queries.REGISTER_TASKS, [json.dumps([t.policy() for t in self.app.tasks.values()])])
         if self.app.schedules:
-            self.app.sync_schedules(conn)
+            sync_schedules(conn, self.app.schedules.values())
         conn.execute(
             queries.REGISTER_WORKER,
             (
@@ -346,7 +294,7 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             try:
-                self._housekeeping()
+                self._housekeeping.tick(self._claim_db)
                 held = len(self._held)
                 free = self.capacity - held
                 claimed = 0
@@ -402,7 +350,7 @@ class Worker:
             params.update(at_once=at_once, tasks=list(self.app.tasks))
             with conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(queries.CLAIM_AND_START, params).fetchall()
-            return [(ClaimedJob(**_claimed(row)), row["started"], row["timeout"]) for row in rows]
+            return [(ClaimedJob(**claimed_fields(row)), row["started"], row["timeout"]) for row in rows]
 
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
@@ -413,11 +361,11 @@ class Worker:
         claimed = len(jobs)
         unknown = [job for job, _, _ in jobs if job.task not in self.app.tasks]
         if unknown:
-            self._pass_over(unknown)
+            self._passer.hand_back(self._claim_db, unknown)
             jobs = [entry for entry in jobs if entry[0].task in self.app.tasks]
         if not jobs:
             return claimed
-        contexts = [_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
+        contexts = [job_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
         with self._lock:
             for ctx in contexts:
                 self._held[ctx.id] = ctx
@@ -428,46 +376,6 @@ class Worker:
                 ctx._due_at_claim = (due, claimed_at)
         self._executor.submit_many(contexts)
         return claimed
-
-    def _pass_over(self, jobs: list[ClaimedJob]) -> None:
-        """Hand back jobs of tasks this worker does not know, for a worker that knows them (pgsched.pass_over):
-        their attempt is given back; the database sends one dead only once no live worker has registered its task
-        for pgsched.config.unserved_task_timeout."""
-        assert self._claim_db is not None
-        ids = [job.id for job in jobs]
-        tokens = [job.lease_token for job in jobs]
-        try:
-            rows = self._claim_db.call(lambda c: c.execute(queries.PASS_OVER, (ids, tokens)).fetchall())
-        except psycopg.Error as exc:
-            log.error("could not hand back %d jobs of unknown tasks (%s); their leases will expire", len(ids), exc)
-            return
-        outcomes = dict(rows)
-        for job in jobs:
-            outcome = outcomes.get(job.id, "lease_lost")
-            extra = {"job_id": job.id, "task": job.task, "queue": job.queue}
-            self.metrics.count(job.queue, job.task, "dead" if outcome == "dead" else "passed_over")
-            if outcome == "dead":
-                self.counts["dead"] += 1
-                log.error(
-                    "job %s is dead: no live worker has registered its task %r for the unserved task timeout",
-                    job.id,
-                    job.task,
-                    extra=extra,
-                )
-            else:
-                self.counts["passed_over"] += 1
-                now = time.monotonic()
-                loud = now >= self._passed_over_said.get(job.task, 0.0)
-                if loud:  # once per task per UNSERVED_CHECK_INTERVAL: it may come back every second
-                    self._passed_over_said[job.task] = now + UNSERVED_CHECK_INTERVAL
-                log.log(
-                    logging.WARNING if loud else logging.DEBUG,
-                    "job %s: task %r is not registered in this worker; handed back (%s) for a worker that knows it",
-                    job.id,
-                    job.task,
-                    outcome,
-                    extra=extra,
-                )
 
     def _check_rate_limits(self) -> None:
         """After a short claim: if every queue is at its rate limit, sleep until the next start is allowed.
@@ -512,32 +420,6 @@ class Worker:
             self._burst_said, self._burst_said_at = said, now
         return False
 
-    def _housekeeping(self) -> None:
-        """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
-        now = time.monotonic()
-        if now >= self._next_unserved_check and self._claim_db is not None:
-            self._next_unserved_check = now + UNSERVED_CHECK_INTERVAL
-            warn_unserved(self._claim_db.get(), self.name)
-        if not self.options.housekeeping:
-            return
-        if now < self._next_housekeeping:
-            return
-        assert self._claim_db is not None
-        conn = self._claim_db.get()
-        self._next_housekeeping = now + self.options.poll_interval
-        conn.execute(queries.PROMOTE_DUE)
-        if now >= self._next_expiry:
-            self._next_expiry = now + max(1.0, self.options.lease / 4)
-            expired = conn.execute(queries.EXPIRE_LEASES).fetchone()
-            if expired and expired[0]:
-                log.info("expired %d leases of dead or stalled workers", expired[0])
-        if now >= self._next_maintain:
-            self._next_maintain = now + 3600
-            conn.execute(queries.MAINTAIN)
-        if now >= self._next_rollup:
-            self._next_rollup = now + 60  # scanners roll up every 15 s; this covers a cluster without one
-            conn.execute(queries.ROLLUP_QUEUE_HISTORY)
-
     # -- callbacks from other threads -------------------------------------
 
     def _on_done(self, ctx: JobContext, outcome: Outcome) -> None:
@@ -581,47 +463,7 @@ class Worker:
             self._wake.set()
 
     def _on_written(self, outcome: Outcome, state: str) -> None:
-        job = outcome.job
-        extra = {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
-        self.metrics.count(job.queue, job.task, _OUTCOMES.get(state) or _retry_outcome(outcome))
-        if state == "completed":
-            self.counts["completed"] += 1
-        elif state == "lease_lost":
-            self.counts["lost"] += 1
-            log.warning(
-                "job %s: outcome %s rejected, the lease had moved on (stale token %s)",
-                job.id,
-                outcome.kind,
-                job.lease_token,
-                extra=extra,
-            )
-        elif state == "dead":
-            self.counts["dead"] += 1
-            log.error(
-                "job %s (%s) is dead after attempt %s: %s",
-                job.id,
-                job.task,
-                job.attempt,
-                _first_line(outcome.error),
-                extra=extra,
-            )
-        elif state == "cancelled":
-            self.counts["cancelled"] += 1
-            log.info("job %s cancelled", job.id, extra=extra)
-        elif outcome.kind is Kind.SNOOZE:
-            self.counts["snoozed"] += 1
-            log.info("job %s (%s) snoozed for %s", job.id, job.task, outcome.delay, extra=extra)
-        else:
-            self.counts["failed"] += 1
-            log.warning(
-                "job %s (%s) failed attempt %s, will retry (%s): %s",
-                job.id,
-                job.task,
-                job.attempt,
-                state,
-                _first_line(outcome.error),
-                extra=extra,
-            )
+        record_written(self.metrics, self.counts, outcome, state)
 
     def _lease_pairs(self) -> list[tuple[int, int]]:
         with self._lock:  # not those let go (lost, or stuck behind a blocked loop): their leases run out
@@ -745,31 +587,3 @@ class Worker:
 
 
 # pgsched_worker_jobs_total{outcome} for the states complete()/fail()/snooze() report.
-_OUTCOMES = {"completed": "completed", "lease_lost": "lost", "dead": "dead", "cancelled": "cancelled"}
-
-
-def _retry_outcome(outcome: Outcome) -> str:
-    return "snoozed" if outcome.kind is Kind.SNOOZE else "retried"
-
-
-def _claimed(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("started", "timeout")}
-
-
-def _context(job: ClaimedJob, worker: str, started: str | None, timeout: float | None, dsn: str) -> JobContext:
-    """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
-    ctx = JobContext(job=job, worker=worker, timeout=timeout, _load_dependencies=dependencies.from_dsn(dsn, job.id))
-    if started == "started":
-        ctx._stamped = True
-    elif started == "cancel_requested":
-        ctx._request_cancel()
-    elif started == "lease_lost":
-        ctx._mark_lease_lost()
-    return ctx
-
-
-def _first_line(text: str | None) -> str:
-    if not text:
-        return ""
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""

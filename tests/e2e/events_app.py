@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from pgsched import App
-from pgsched.api.events import Event
+from pgsched.core.event import Event
 
 app = App()
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pgsched import App
-from pgsched.api.events import Event, parse_payload
+from pgsched.core.event import Event, parse_payload
 from tests.integration.conftest import wait_for
 
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pgsched import App, JobState
-from pgsched.api.handle import JobHandle
+from pgsched.core.handle import JobHandle
 from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout
 from tests.integration.conftest import Running, wait_for
 

@@ -1,12 +1,15 @@
-"""The package's layers: a module imports, when it is loaded, only modules of its own package or of a lower layer.
+"""The package's layers: a module imports only modules of its own package or of a lower layer, and no module
+imports itself back through others.
 
-Imports for type checking only, and imports inside a function (a lower layer calling up at run time, as a
-child process loading the user's App does), are not counted: they make no import circle.
+Every import counts: at the top of a module, inside a function, and under ``if TYPE_CHECKING:``. The one way up
+is a module loaded by its name at run time (``importlib.import_module("pgsched....")``), listed in BY_NAME with
+why, and in README's layer table.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pgsched
@@ -14,21 +17,40 @@ import pgsched
 LAYERS = {
     "errors": 0,
     "extras": 1,
-    "core": 1,
-    "db": 1,
-    "observe": 1,
-    "runtime": 2,
-    "api": 3,
-    "cli": 4,
-    "dashboard": 4,
-    "contrib": 4,
-    "story": 4,
-    "testing": 4,
-    "demo": 4,
-    "__init__": 4,
-    "__main__": 5,  # python -m pgsched: the command line
+    "db": 2,
+    "core": 3,
+    "observe": 4,
+    "runtime": 5,
+    "api": 6,
+    "dashboard": 7,
+    "contrib": 7,
+    "story": 7,
+    "testing": 7,
+    "demo": 7,
+    "__init__": 7,
+    "cli": 8,
+    "__main__": 9,  # python -m pgsched: the command line
 }
+# module -> the module it loads by name at run time (not an import: no edge of the graph), and why.
+BY_NAME = {
+    "pgsched.runtime.procpool": ("pgsched.api.loader", "a process pool's child loads the user's App by MODULE:ATTR"),
+}
+# Import cycles between modules (each as its sorted modules), and why: none.
+CYCLES: dict[tuple[str, ...], str] = {}
 ROOT = Path(pgsched.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(("pgsched", *parts))] = path
+    return found
+
+
+MODULES = _modules()
 
 
 def _part(module: str) -> str:
@@ -37,28 +59,26 @@ def _part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _loaded_imports(tree: ast.Module) -> list[str]:
-    """The pgsched modules a module imports when it is loaded (not in functions, not for type checking)."""
-    found: list[str] = []
+def _imports(module: str, path: Path) -> set[str]:
+    """Every pgsched module ``module`` imports, wherever the import is (a function, ``if TYPE_CHECKING:``)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                # ``from pgsched.db import queries`` imports the module pgsched.db.queries.
+                found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source)
+    return {m for m in found if m in MODULES and m != module}
 
-    def walk(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                continue
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                walk(ast.Module(body=child.orelse, type_ignores=[]))
-                continue
-            if isinstance(child, ast.Import):
-                found.extend(a.name for a in child.names if a.name.startswith("pgsched."))
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                if child.module == "pgsched":
-                    found.extend(f"pgsched.{a.name}" for a in child.names)
-                elif child.module.startswith("pgsched."):
-                    found.append(child.module)
-            walk(child)
 
-    walk(tree)
-    return found
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
 
 
 def test_every_part_of_the_package_has_a_layer() -> None:
@@ -70,13 +90,49 @@ def test_every_part_of_the_package_has_a_layer() -> None:
 
 def test_imports_go_down_the_layers_only() -> None:
     wrong = []
-    for path in sorted(ROOT.rglob("*.py")):
-        module = ".".join(("pgsched", *path.relative_to(ROOT).with_suffix("").parts))
+    for module, imported in sorted(GRAPH.items()):
         source = _part(module)
-        for imported in _loaded_imports(ast.parse(path.read_text(), str(path))):
-            target = _part(imported)
-            if target == "__version__" or target == source:
-                continue
-            if target not in LAYERS or LAYERS[target] >= LAYERS[source]:
-                wrong.append(f"{module} (layer {LAYERS[source]}) imports {imported} (layer {LAYERS.get(target)})")
+        for target in sorted(imported):
+            if _part(target) != source and LAYERS[_part(target)] >= LAYERS[source]:
+                wrong.append(f"{module} (layer {LAYERS[source]}) imports {target} (layer {LAYERS[_part(target)]})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_itself_back() -> None:
+    """Strongly connected parts of the import graph (Tarjan): each is an import cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[tuple[str, ...]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                cycles.append(tuple(sorted(part)))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert set(cycles) == set(CYCLES), f"import cycles: {cycles}"
+
+
+def test_modules_loaded_by_name_are_listed() -> None:
+    loaded = {}
+    for module, path in MODULES.items():
+        for name in re.findall(r"import_module\(\s*\"(pgsched\.[a-z_.]+)\"", path.read_text()):
+            loaded[module] = name
+    assert loaded == {module: target for module, (target, _why) in BY_NAME.items()}

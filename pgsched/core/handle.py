@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import tuple_row
 
-from pgsched.api.events import CHANNEL, parse_payload
+from pgsched.core.event import CHANNEL, parse_payload
 from pgsched.core.job import JobState
 from pgsched.db import queries
 from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout, from_psycopg
 
-if TYPE_CHECKING:
-    from pgsched.api.app import App
+
+class JobSource(Protocol):
+    """What a handle looks its job up through (the App): its DSN, and its own connection for one statement."""
+
+    @property
+    def dsn(self) -> str: ...
+
+    def _run(self, conn: psycopg.Connection[Any] | None, query: Any, params: Sequence[Any]) -> list[Any]: ...
+
 
 TERMINAL = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
 
@@ -59,9 +67,9 @@ class JobHandle(int):
     ``poll_interval`` seconds whatever happens (events may be off).
     """
 
-    app: App
+    app: JobSource
 
-    def __new__(cls, job_id: int, app: App) -> JobHandle:
+    def __new__(cls, job_id: int, app: JobSource) -> JobHandle:
         handle = super().__new__(cls, job_id)
         handle.app = app
         return handle
