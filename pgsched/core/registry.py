@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -101,7 +102,7 @@ def sync_schedules(conn: psycopg.Connection[Any], schedules: Iterable[ScheduleSp
     return count
 
 
-class Registry:
+class Registry(ABC):
     """The tasks and schedules of one application; the App adds the database (DSN, connections, enqueue).
 
     The runtime (workers, drain, command runners) takes a Registry: what it runs, and where.
@@ -114,20 +115,22 @@ class Registry:
     # -- the database, which the App provides ------------------------------
 
     @property
-    def dsn(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def dsn(self) -> str: ...
 
-    def configure(self, dsn: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def configure(self, dsn: str) -> None: ...
 
-    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]: ...
 
-    def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle:
-        raise NotImplementedError
+    @abstractmethod
+    def enqueue_spec(self, spec: JobSpec, *, conn: psycopg.Connection[Any] | None = None) -> JobHandle: ...
 
-    async def enqueue_spec_async(self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None) -> JobHandle:
-        raise NotImplementedError
+    @abstractmethod
+    async def enqueue_spec_async(
+        self, spec: JobSpec, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> JobHandle: ...
 
     # -- registration ----------------------------------------------------
 
