@@ -1,4 +1,5 @@
-"""`pgsched demo`: run a real workload end to end through worker processes, then show where to look."""
+"""`pgsched demo`: run a real workload end to end through worker processes, then show where to look; with
+``--story``, print the story scene by scene (or as JSON) and say where kept databases are."""
 
 from __future__ import annotations
 
@@ -14,11 +15,45 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pgsched.cli.common import EXIT_FAILURE, emit_json, handle_errors, state
+from pgsched.cli.common import EXIT_FAILURE, CliState, emit_json, handle_errors, state
 from pgsched.observe.redact import redact
 
 if TYPE_CHECKING:
     from pgsched.demo import Snapshot, Summary
+
+EXIT_INTERRUPTED = 130  # as a shell reports a command stopped by Ctrl-C
+
+
+def play_story(cli: CliState, scene: int | None, *, keep: bool, as_json: bool) -> None:
+    """Run the story on the server of the configured DSN (else the embedded one) and print it."""
+    from pgsched.demo.story import SceneResult, run_story
+    from pgsched.demo.story.runner import HEADER, footer, render_scene
+
+    with warnings.catch_warnings():
+        # platformdirs, inside the embedded server's package, warns when XDG_RUNTIME_DIR is unset.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+        dsn = cli.resolve(migrate=False)
+
+    def show(result: SceneResult) -> None:
+        click.echo("\n" + render_scene(result), nl=False)
+
+    if not as_json:
+        click.echo(HEADER, nl=False)
+    try:
+        story = run_story(dsn, [scene] if scene else None, keep=keep, on_scene=None if as_json else show)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the scratch databases were dropped", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if as_json:
+        emit_json(story.as_dict())
+    else:
+        click.echo("\n" + footer(story.scenes), nl=False)
+    if keep:
+        click.echo("kept the scratch databases (drop them with DROP DATABASE ... WITH (FORCE)):", err=True)
+        for result in story.scenes:
+            click.echo(f"  scene {result.number}: {result.database}  {result.dsn}", err=True)
+    if not story.ok:
+        sys.exit(EXIT_FAILURE)
 
 
 class RichReporter:
@@ -218,8 +253,6 @@ def demo(
     allowed to CREATE DATABASE. See docs/guarantees.md.
     """
     if story:
-        from pgsched.cli.story import play_story
-
         play_story(state(ctx), scene, keep=keep, as_json=as_json)
         return
     if scene is not None or keep:

@@ -18,9 +18,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from pgsched.cli.demo import demo
-from pgsched.story import SCENES, Story, run_story
-from pgsched.story.runner import HEADER, render_scene
-from pgsched.story.stage import Stage
+from pgsched.demo.story import SCENES, Story, run_story
+from pgsched.demo.story.runner import HEADER, render_scene
+from pgsched.demo.story.stage import Stage
 from tests.e2e.clirun import ROOT, Result, command, environment, run
 
 pytestmark = pytest.mark.slow
@@ -388,7 +388,7 @@ def test_the_guarantees_page_looks_at_what_each_scene_left(kept: Story) -> None:
 
 
 def test_a_scene_that_fails_leaves_no_scratch_database(admin_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgsched.story import runner
+    from pgsched.demo.story import runner
 
     def breaks(stage: Stage) -> None:
         stage.enqueue("story.report", "report-1")

@@ -24,7 +24,6 @@ LAYERS = {
     "api": 6,
     "dashboard": 7,
     "contrib": 7,
-    "story": 7,
     "testing": 7,
     "demo": 7,
     "__init__": 7,

@@ -7,7 +7,7 @@ scratch databases are dropped afterwards (also on an error, Ctrl-C or SIGTERM) u
 
 from __future__ import annotations
 
-from pgsched.story.runner import SCENES, Scene, Story, run_story
-from pgsched.story.stage import Check, SceneResult, Step
+from pgsched.demo.story.runner import SCENES, Scene, Story, run_story
+from pgsched.demo.story.stage import Check, SceneResult, Step
 
 __all__ = ["SCENES", "Check", "Scene", "SceneResult", "Step", "Story", "run_story"]

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import psycopg
 
-from pgsched.story.stage import Stage, hms, holdings
+from pgsched.demo.story.stage import Stage, hms, holdings
 
 LEASE = 10.0  # the scanners' shard lease, seconds
 RENEW = 3.0  # how often a scanner renews (a running scanner renews every lease / 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pgsched.story.stage import Stage, day, hms, stamp
+from pgsched.demo.story.stage import Stage, day, hms, stamp
 
 
 def delayed_job(stage: Stage) -> None:

@@ -1,4 +1,5 @@
-"""The demo workload: its tasks (``pgsched.demo:app``) and one tagged run of them through worker processes."""
+"""The demo workload: its tasks (``pgsched.demo:app``, re-exported by the package) and one tagged run of them
+through worker processes."""
 
 from __future__ import annotations
 

@@ -20,9 +20,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsched.db import schema
+from pgsched.demo.story import scenes_jobs, scenes_race, scenes_schedules
+from pgsched.demo.story.stage import Q, SceneResult, Stage, day, hms, stamp
 from pgsched.errors import ConfigurationError, from_psycopg
-from pgsched.story import scenes_jobs, scenes_race, scenes_schedules
-from pgsched.story.stage import Q, SceneResult, Stage, day, hms, stamp
 
 log = logging.getLogger(__name__)
 

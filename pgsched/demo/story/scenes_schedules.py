@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from pgsched.story.stage import Stage, hms, holdings, stamp
+from pgsched.demo.story.stage import Stage, hms, holdings, stamp
 
 ZONE = "Europe/Berlin"
 SCANNER = "scanner-1"
