@@ -10,7 +10,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgsched.core.task import JobSpec, Ref, check_resource_limits, check_timeout
+from pgsched.core.limits import MAX_ATTEMPTS_MIN
+from pgsched.core.policies import ConflictPolicy
+from pgsched.core.task import JobSpec, Ref, check_resource_limits
 
 
 def _job_params(spec: JobSpec) -> tuple[Any, ...]:
@@ -30,8 +32,11 @@ def _job_params(spec: JobSpec) -> tuple[Any, ...]:
 
 
 def _timeout_interval(spec: JobSpec) -> timedelta | None:
-    """The job's own timeout as the interval the SQL functions take (None: the task's, else none)."""
-    return None if spec.timeout is None else timedelta(seconds=check_timeout(spec.timeout, "timeout"))
+    """The job's own timeout as the interval the SQL functions take (None: the task's, else none); the JobSpec
+    checked it when it was made."""
+    if spec.timeout is None or isinstance(spec.timeout, timedelta):
+        return spec.timeout
+    return timedelta(seconds=spec.timeout)
 
 
 def enqueue_params(spec: JobSpec, trace_context: str | None = None) -> tuple[Any, ...]:
@@ -51,7 +56,7 @@ def service_params(spec: JobSpec) -> tuple[Any, ...]:
     """enqueue_service's parameters: a service has no timeout and no dependencies; it has resource limits."""
     if spec.timeout is not None or spec.depends_on:
         raise ValueError(f"a {spec.task!r} service runs until cancelled: it takes no timeout and no depends_on")
-    if spec.on_conflict == "replace" or spec.key_scope is not None:
+    if spec.on_conflict == ConflictPolicy.REPLACE or spec.key_scope is not None:
         raise ValueError(
             f"a {spec.task!r} service holds its idempotency key while it runs: it takes no on_conflict or key_scope"
         )
@@ -63,7 +68,7 @@ def plain_jobs(jobs: Iterable[JobSpec]) -> list[JobSpec]:
     for i, spec in enumerate(specs):
         if spec.service:
             raise ValueError(f"job {i + 1} of the batch is a service: enqueue services one at a time (enqueue_spec)")
-        if spec.on_conflict == "replace":
+        if spec.on_conflict == ConflictPolicy.REPLACE:
             raise ValueError(f"job {i + 1} of the batch has on_conflict='replace': replace one job at a time (enqueue)")
     return specs
 
@@ -109,8 +114,8 @@ def command_params(
     args, variables = check_command(argv, env, cwd, seconds)
     if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)):
         raise TypeError(f"max_attempts must be an int or None, not {max_attempts!r}")
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, not {max_attempts}")
+    if max_attempts is not None and max_attempts < MAX_ATTEMPTS_MIN:
+        raise ValueError(f"max_attempts must be at least {MAX_ATTEMPTS_MIN}, not {max_attempts}")
     if labels is not None and (isinstance(labels, str) or not all(isinstance(x, str) and x for x in labels)):
         raise ValueError(f"labels must be a sequence of non-empty strings, not {labels!r}")
     return (

@@ -9,7 +9,14 @@ from datetime import timedelta
 import click
 
 from pgsched.cli.common import duration_callback, emit_json, fail, handle_errors, split_csv, state
-from pgsched.core.task import MAX_MEMORY_LIMIT
+from pgsched.core.limits import (
+    CPU_LIMIT_MAX,
+    CPU_LIMIT_MIN,
+    MAX_ATTEMPTS_MAX,
+    MAX_ATTEMPTS_MIN,
+    MEMORY_LIMIT_MAX,
+    MEMORY_LIMIT_MIN,
+)
 
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNIT_MIB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
@@ -21,8 +28,10 @@ def parse_memory(text: str) -> int:
     if found is None:
         raise ValueError(f"{text!r} is not a memory size: use e.g. 512M, 1.5G, 64MiB (plain numbers are MiB; 0: none)")
     mib = float(found.group(1)) * _UNIT_MIB[found.group(2).lower()]
-    if mib != 0 and not 4 <= mib <= MAX_MEMORY_LIMIT:
-        raise ValueError(f"{text!r} must be 0 (no limit) or 4 MiB to 4 TiB")
+    if mib != 0 and not MEMORY_LIMIT_MIN <= mib <= MEMORY_LIMIT_MAX:
+        raise ValueError(
+            f"{text!r} must be 0 (no limit) or {MEMORY_LIMIT_MIN} MiB to {MEMORY_LIMIT_MAX // 1024**2} TiB"
+        )
     if mib != int(mib):
         raise ValueError(f"{text!r} is not a whole number of MiB")
     return int(mib)
@@ -38,8 +47,8 @@ def memory_callback(_ctx: click.Context, _param: click.Parameter, value: str | N
 
 
 def cpus_callback(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and value != 0 and not (math.isfinite(value) and 0.01 <= value <= 1024):
-        raise click.BadParameter(f"{value!r} must be 0 (no limit) or 0.01 to 1024 CPUs")
+    if value is not None and value != 0 and not (math.isfinite(value) and CPU_LIMIT_MIN <= value <= CPU_LIMIT_MAX):
+        raise click.BadParameter(f"{value!r} must be 0 (no limit) or {CPU_LIMIT_MIN:g} to {CPU_LIMIT_MAX:g} CPUs")
     return value
 
 
@@ -55,7 +64,12 @@ CPUS_HELP = "CPU limit of each run, in CPUs (1.5: one and a half), 0 for none."
 @click.option("--queue", "-q", default=None, help="Queue of the job.  [default: commands]")
 @click.option("--delay", callback=duration_callback, metavar="DURATION", help="Run no sooner than this from now.")
 @click.option("--idempotency-key", default=None, help="Enqueue at most once per key.")
-@click.option("--max-attempts", type=click.IntRange(1, 1000000), default=None, help="Runs before it is dead.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX),
+    default=None,
+    help="Runs before it is dead.",
+)
 @click.option("--labels", default=None, help="Comma-separated labels a worker must offer besides pgsched:command.")
 @click.option("--tenant", default=None, help="Tenant the job belongs to.")
 @click.option(

@@ -21,7 +21,8 @@ from pgsched.cli.common import (
     timestamp_callback,
 )
 from pgsched.cli.jobs import Conn, find_job
-from pgsched.core.task import PRIORITY_MAX, PRIORITY_MIN
+from pgsched.core.limits import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN
+from pgsched.core.policies import ConflictPolicy, DependencyPolicy, KeyScope, values
 
 # Each value cast to the parameter's type: a bad value is refused as such,
 # never as a missing function.
@@ -89,7 +90,7 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, 2**31 - 1),
+    type=click.IntRange(MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX),
     default=None,
     help="Runs before the job goes to the dead letters.  [default: the task's, else the install's]",
 )
@@ -104,22 +105,22 @@ def _read_args(args_json: str | None) -> dict[str, Any]:
 )
 @click.option(
     "--on-dependency-failure",
-    type=click.Choice(["cancel", "wait", "run"]),
+    type=click.Choice(values(DependencyPolicy)),
     default=None,
     help="A dependency ending dead or cancelled cancels this job, leaves it waiting for a redrive, or (run) "
     "lets it run once every dependency finished, whatever the outcome.  [default: cancel]",
 )
 @click.option(
     "--on-conflict",
-    type=click.Choice(["keep", "replace"]),
-    default="keep",
+    type=click.Choice(values(ConflictPolicy)),
+    default=ConflictPolicy.KEEP.value,
     show_default=True,
     help="A key already held: keep that job as it is, or replace its args, run time and priority while it has "
     "not started (a debounce: each enqueue pushes the run later).",
 )
 @click.option(
     "--key-scope",
-    type=click.Choice(["active", "retention"]),
+    type=click.Choice(values(KeyScope)),
     default=None,
     help="How long the idempotency key is held: while the job is active, or also for the retention after it "
     "ended.  [default: retention]",
@@ -174,7 +175,7 @@ def enqueue(
       pgsched enqueue ingest.consume '{"topic": "orders"}' --service --memory 256M --cpus 0.5
       pgsched enqueue search.reindex --idempotency-key user:7 --delay 5s --on-conflict replace
     """
-    if on_conflict == "replace" and idempotency_key is None:
+    if on_conflict == ConflictPolicy.REPLACE and idempotency_key is None:
         raise click.UsageError("--on-conflict replace needs --idempotency-key (the job to replace)", ctx=ctx)
     if key_scope is not None and idempotency_key is None:
         raise click.UsageError("--key-scope needs --idempotency-key", ctx=ctx)

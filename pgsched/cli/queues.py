@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pgsched.api.dispatch import CLEARABLE
 from pgsched.cli.common import (
     emit_json,
     emit_table,
@@ -13,6 +14,7 @@ from pgsched.cli.common import (
     state,
 )
 from pgsched.cli.stats import NOW_HEADINGS, QUEUE_STATS, table_cells
+from pgsched.core.limits import QUEUE_CONCURRENCY_MAX
 
 PAUSE = "SELECT pgsched.pause_queue(%s) AS paused"
 RESUME = "SELECT pgsched.resume_queue(%s) AS was_paused"
@@ -81,8 +83,16 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
 
 @queues.command("configure")
 @click.argument("name")
-@click.option("--concurrency", type=click.IntRange(1, 1_000_000), help="At most N jobs leased at once, across workers.")
-@click.option("--key-concurrency", type=click.IntRange(1, 1_000_000), help="At most N running per job concurrency_key.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, QUEUE_CONCURRENCY_MAX),
+    help="At most N jobs leased at once, across workers.",
+)
+@click.option(
+    "--key-concurrency",
+    type=click.IntRange(1, QUEUE_CONCURRENCY_MAX),
+    help="At most N running per job concurrency_key.",
+)
 @click.option("--rate", metavar="N/PERIOD", help="At most N starts per PERIOD (100/1s, 10/min, 5000/1h).")
 @click.option("--key-rate", metavar="N/PERIOD", help="At most N starts per PERIOD per concurrency_key.")
 @click.option("--aging", metavar="DURATION", help="A waiting job gains one priority step per DURATION (30s, 5m).")
@@ -104,9 +114,7 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
     "--clear",
     "clear",
     multiple=True,
-    type=click.Choice(
-        ["concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "tenant_weights", "all"]
-    ),
+    type=click.Choice(CLEARABLE),
     help="Remove a setting (repeatable); 'all' removes every one and turns fairness off.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the resulting settings as JSON.")

@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from pgsched.cli.common import emit_json, emit_table, handle_errors, state
+from pgsched.core.limits import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, MISFIRE_CAP_MAX
+from pgsched.core.policies import ConcurrencyPolicy, GapPolicy, MisfirePolicy, OverlapPolicy, values
 
 
 @click.group()
@@ -25,33 +27,33 @@ def schedules() -> None:
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone, e.g. Europe/Berlin.")
 @click.option("--queue", default="default", show_default=True)
 @click.option("--priority", type=int, default=0, show_default=True)
-@click.option("--max-attempts", type=click.IntRange(1, None), default=None)
+@click.option("--max-attempts", type=click.IntRange(MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX), default=None)
 @click.option(
     "--gap",
-    type=click.Choice(["run", "skip"]),
-    default="run",
+    type=click.Choice(values(GapPolicy)),
+    default=GapPolicy.RUN.value,
     show_default=True,
     help="A local time that does not exist (DST spring forward): run at the gap's end, or skip.",
 )
 @click.option(
     "--overlap",
-    type=click.Choice(["once", "twice"]),
-    default="once",
+    type=click.Choice(values(OverlapPolicy)),
+    default=OverlapPolicy.ONCE.value,
     show_default=True,
     help="A fixed local time that happens twice (DST fall back): run once or twice.",
 )
 @click.option(
     "--misfire",
-    type=click.Choice(["skip", "latest", "all"]),
-    default="latest",
+    type=click.Choice(values(MisfirePolicy)),
+    default=MisfirePolicy.LATEST.value,
     show_default=True,
     help="Occurrences missed while nothing ran.",
 )
-@click.option("--misfire-cap", type=click.IntRange(1, 10000), default=100, show_default=True)
+@click.option("--misfire-cap", type=click.IntRange(1, MISFIRE_CAP_MAX), default=100, show_default=True)
 @click.option(
     "--concurrency",
-    type=click.Choice(["allow", "skip", "queue", "replace"]),
-    default="skip",
+    type=click.Choice(values(ConcurrencyPolicy)),
+    default=ConcurrencyPolicy.SKIP.value,
     show_default=True,
     help="When the previous run is still going.",
 )
@@ -217,8 +219,8 @@ def resume(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.option("--tz", default=None, help="Time zone when previewing a bare cron expression [default: UTC].")
 @click.option("--count", "-n", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--from", "start", default=None, help="Start instant (ISO 8601) [default: now].")
-@click.option("--gap", type=click.Choice(["run", "skip"]), default=None)
-@click.option("--overlap", type=click.Choice(["once", "twice"]), default=None)
+@click.option("--gap", type=click.Choice(values(GapPolicy)), default=None)
+@click.option("--overlap", type=click.Choice(values(OverlapPolicy)), default=None)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors
@@ -242,8 +244,8 @@ def preview(
     spec = _lookup(ctx, name_or_cron)
     expr = spec["cron"] if spec else name_or_cron
     zone = tz or (spec["timezone"] if spec else "UTC")
-    gap_policy = cronlib.GapPolicy(gap or (spec["gap_policy"] if spec else "run"))
-    overlap_policy = cronlib.OverlapPolicy(overlap or (spec["overlap_policy"] if spec else "once"))
+    gap_policy = GapPolicy(gap or (spec["gap_policy"] if spec else GapPolicy.RUN))
+    overlap_policy = OverlapPolicy(overlap or (spec["overlap_policy"] if spec else OverlapPolicy.ONCE))
     begin = datetime.fromisoformat(start) if start else datetime.now(UTC)
     if begin.tzinfo is None:
         begin = begin.replace(tzinfo=UTC)

@@ -14,6 +14,8 @@ from zoneinfo import ZoneInfo
 import tzdata
 from cronsim import CronSim, CronSimError
 
+from pgsched.core.policies import GapPolicy, MisfirePolicy, OverlapPolicy
+
 __all__ = [
     "LOOKAHEAD",
     "MACROS",
@@ -51,28 +53,6 @@ __all__ = [
 # cronsim itself treats every 6-field (seconds) expression as elapsed-time, so '0 30 2 * * *'
 # would silently never fire on a spring-forward day; here the seconds form follows the same rule
 # as the 5-field form.
-
-
-class GapPolicy(StrEnum):
-    """What a fixed-time schedule does at a local time that does not exist (spring forward)."""
-
-    RUN = "run"  # fire at the first valid instant after the gap (cronsim / Debian cron)
-    SKIP = "skip"  # do not fire that occurrence at all
-
-
-class OverlapPolicy(StrEnum):
-    """What a fixed-time schedule does at a local time that happens twice (fall back)."""
-
-    ONCE = "once"  # fire at the first pass only (cronsim / Debian cron)
-    TWICE = "twice"  # fire at both passes
-
-
-class MisfirePolicy(StrEnum):
-    """Which occurrences missed while no scanner ran are run late."""
-
-    SKIP = "skip"  # none
-    LATEST = "latest"  # only the most recent one
-    ALL = "all"  # every one, up to a cap (the oldest are dropped beyond it)
 
 
 class Dst(StrEnum):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any, ParamSpec, TypeVar, overload
 
 import psycopg
@@ -14,15 +14,18 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from pgsched.core.handle import JobHandle
+from pgsched.core.limits import MAX_ATTEMPTS_MIN, TASK_NAME
+from pgsched.core.policies import ConcurrencyPolicy, GapPolicy, MisfirePolicy, OverlapPolicy, values
 from pgsched.core.task import JobSpec, Task, check_resource_limits
 from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 
 P = ParamSpec("P")
-_SCHEDULE_POLICIES = {
-    "gap": ("run", "skip"),
-    "overlap": ("once", "twice"),
-    "misfire": ("skip", "latest", "all"),
-    "concurrency": ("allow", "skip", "queue", "replace"),
+# App.cron()'s policy parameters and the enum each one's value must belong to.
+_SCHEDULE_POLICIES: dict[str, type[StrEnum]] = {
+    "gap": GapPolicy,
+    "overlap": OverlapPolicy,
+    "misfire": MisfirePolicy,
+    "concurrency": ConcurrencyPolicy,
 }
 
 
@@ -38,20 +41,17 @@ class ScheduleSpec:
     queue: str = "default"
     priority: int = 0
     max_attempts: int | None = None
-    gap: str = "run"
-    overlap: str = "once"
-    misfire: str = "latest"
+    gap: str = GapPolicy.RUN.value
+    overlap: str = OverlapPolicy.ONCE.value
+    misfire: str = MisfirePolicy.LATEST.value
     misfire_cap: int = 100
     misfire_grace: timedelta = timedelta(minutes=1)
-    concurrency: str = "skip"
+    concurrency: str = ConcurrencyPolicy.SKIP.value
     horizon: timedelta = timedelta(hours=1)
     enabled: bool = True
 
 
 R = TypeVar("R")
-
-# The names pgsched.jobs accepts (CHECK jobs_task_valid).
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
 
 
 def _default_task_name(func: Callable[..., Any]) -> str:
@@ -183,12 +183,12 @@ class Registry(ABC):
 
         def register(func: Callable[P, R]) -> Task[P, R]:
             task_name = name or _default_task_name(func)
-            if not _TASK_NAME.fullmatch(task_name):
+            if not TASK_NAME.fullmatch(task_name):
                 raise ValueError(f"{task_name!r} is not a valid task name (letters, digits, _ . : -); pass name=...")
             if task_name in self.tasks and self.tasks[task_name].fn is not func:
                 raise TaskAlreadyRegistered(f"a task named {task_name!r} is already registered")
-            if max_attempts is not None and max_attempts < 1:
-                raise ValueError("max_attempts must be at least 1")
+            if max_attempts is not None and max_attempts < MAX_ATTEMPTS_MIN:
+                raise ValueError(f"max_attempts must be at least {MAX_ATTEMPTS_MIN}")
             created = Task(
                 self,
                 func,
@@ -265,12 +265,12 @@ class Registry(ABC):
         args: dict[str, Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
-        gap: str = "run",
-        overlap: str = "once",
-        misfire: str = "latest",
+        gap: str = GapPolicy.RUN.value,
+        overlap: str = OverlapPolicy.ONCE.value,
+        misfire: str = MisfirePolicy.LATEST.value,
         misfire_cap: int = 100,
         misfire_grace: timedelta = timedelta(minutes=1),
-        concurrency: str = "skip",
+        concurrency: str = ConcurrencyPolicy.SKIP.value,
         horizon: timedelta = timedelta(hours=1),
     ) -> Callable[[Any], Any]:
         """Run a task on a cron schedule in an IANA time zone (synced to pgsched.schedules at worker start).
@@ -286,8 +286,10 @@ class Registry(ABC):
         cronlib.validate(expr, tz)
         chosen = {"gap": gap, "overlap": overlap, "misfire": misfire, "concurrency": concurrency}
         for key, value in chosen.items():
-            if value not in _SCHEDULE_POLICIES[key]:
-                raise ValueError(f"{key} policy must be one of {', '.join(_SCHEDULE_POLICIES[key])}, not {value!r}")
+            if value not in values(_SCHEDULE_POLICIES[key]):
+                raise ValueError(
+                    f"{key} policy must be one of {', '.join(values(_SCHEDULE_POLICIES[key]))}, not {value!r}"
+                )
 
         def register(target: Any) -> Any:
             task = target if isinstance(target, Task) else self.task(target)

@@ -12,6 +12,16 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from pgsched.core.handle import JobHandle
 from pgsched.core.job import JobContext
+from pgsched.core.limits import (
+    CPU_LIMIT_MAX,
+    CPU_LIMIT_MIN,
+    MAX_ATTEMPTS_MIN,
+    MEMORY_LIMIT_MAX,
+    MEMORY_LIMIT_MIN,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
+from pgsched.core.policies import ConflictPolicy, DependencyPolicy, KeyScope, one_of, values
 
 if TYPE_CHECKING:
     import psycopg
@@ -19,19 +29,17 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# The range of pgsched.jobs.priority (CHECK jobs_priority_range).
-PRIORITY_MIN = -1_000_000
-PRIORITY_MAX = 1_000_000
-# What enqueue() takes for on_conflict, key_scope and on_dependency_failure.
-CONFLICT_POLICIES = ("keep", "replace")
-KEY_SCOPES = ("active", "retention")
-DEPENDENCY_POLICIES = ("cancel", "wait", "run")
+
+# What enqueue() takes for on_conflict, key_scope and on_dependency_failure, as the enums' values.
+CONFLICT_POLICIES = tuple(values(ConflictPolicy))
+KEY_SCOPES = tuple(values(KeyScope))
+DEPENDENCY_POLICIES = tuple(values(DependencyPolicy))
 
 
 def check_key_scope(value: str | None, what: str) -> None:
     """A key scope is None (the install's: retention), 'active' or 'retention'; else ValueError."""
     if value is not None and value not in KEY_SCOPES:
-        raise ValueError(f"{what} must be 'active' or 'retention', not {value!r}")
+        raise ValueError(f"{what} must be {one_of(KeyScope)}, not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,9 +88,9 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise TypeError(f"{name} of a {self.task!r} job must be an int or None, not {value!r}")
-        if self.max_attempts is not None and self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < MAX_ATTEMPTS_MIN:
             raise ValueError(
-                f"max_attempts of a {self.task!r} job must be at least 1, not {self.max_attempts}"
+                f"max_attempts of a {self.task!r} job must be at least {MAX_ATTEMPTS_MIN}, not {self.max_attempts}"
                 " (None means the task's, else the install's default)"
             )
         if self.priority is not None and not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
@@ -106,12 +114,12 @@ class JobSpec:
             )
         if self.on_dependency_failure not in (None, *DEPENDENCY_POLICIES):
             raise ValueError(
-                f"on_dependency_failure of a {self.task!r} job must be 'cancel', 'wait' or 'run',"
+                f"on_dependency_failure of a {self.task!r} job must be {one_of(DependencyPolicy)},"
                 f" not {self.on_dependency_failure!r}"
             )
         if self.on_conflict not in (None, *CONFLICT_POLICIES):
             raise ValueError(
-                f"on_conflict of a {self.task!r} job must be 'keep' or 'replace', not {self.on_conflict!r}"
+                f"on_conflict of a {self.task!r} job must be {one_of(ConflictPolicy)}, not {self.on_conflict!r}"
             )
         check_key_scope(self.key_scope, f"key_scope of a {self.task!r} job")
 
@@ -123,7 +131,7 @@ class JobSpec:
             raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
 
 
-MAX_MEMORY_LIMIT = 4194304  # MiB (4 TiB); the database refuses more (_check_resource_limits)
+MAX_MEMORY_LIMIT = MEMORY_LIMIT_MAX  # MiB (4 TiB); the database refuses more (_check_resource_limits)
 
 
 def check_resource_limits(memory_limit: Any, cpu_limit: Any, what: str = "a job") -> None:
@@ -132,15 +140,19 @@ def check_resource_limits(memory_limit: Any, cpu_limit: Any, what: str = "a job"
     if memory_limit is not None:
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
             raise TypeError(f"memory_limit of {what} must be MiB as an int, not {memory_limit!r}")
-        if memory_limit != 0 and not 4 <= memory_limit <= MAX_MEMORY_LIMIT:
+        if memory_limit != 0 and not MEMORY_LIMIT_MIN <= memory_limit <= MEMORY_LIMIT_MAX:
             raise ValueError(
-                f"memory_limit of {what} must be 0 (no limit) or 4 to {MAX_MEMORY_LIMIT} MiB, not {memory_limit}"
+                f"memory_limit of {what} must be 0 (no limit) or {MEMORY_LIMIT_MIN} to {MEMORY_LIMIT_MAX} MiB,"
+                f" not {memory_limit}"
             )
     if cpu_limit is not None:
         if isinstance(cpu_limit, bool) or not isinstance(cpu_limit, int | float):
             raise TypeError(f"cpu_limit of {what} must be a number of CPUs, not {cpu_limit!r}")
-        if cpu_limit != 0 and not 0.01 <= cpu_limit <= 1024:  # NaN fails both
-            raise ValueError(f"cpu_limit of {what} must be 0 (no limit) or 0.01 to 1024 CPUs, not {cpu_limit!r}")
+        if cpu_limit != 0 and not CPU_LIMIT_MIN <= cpu_limit <= CPU_LIMIT_MAX:  # NaN fails both
+            raise ValueError(
+                f"cpu_limit of {what} must be 0 (no limit) or {CPU_LIMIT_MIN:g} to {CPU_LIMIT_MAX:g} CPUs,"
+                f" not {cpu_limit!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
