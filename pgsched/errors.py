@@ -185,6 +185,7 @@ _JOB_RULES = {
     "jobs_queue_valid": "queue must be 1 to 63 of A-Z a-z 0-9 _ . : -, not starting with . : -",
     "jobs_args_is_object": "args must be a JSON object",
     "jobs_max_attempts_positive": "max_attempts must be at least 1",
+    "jobs_max_attempts_range": "max_attempts must be at most 1000000",
     "jobs_run_at_finite": "run_at must be a finite time",
     "jobs_priority_range": "priority must be between -1000000 and 1000000",
     "jobs_idempotency_key_length": "idempotency_key must be 1 to 1000 bytes",

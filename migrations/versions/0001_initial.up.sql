@@ -687,6 +687,7 @@ SELECT CASE
     WHEN p_run_at IS NULL THEN 'jobs_run_at_not_null'
     WHEN NOT pg_catalog.isfinite(p_run_at) THEN 'jobs_run_at_finite'
     WHEN p_max_attempts <= 0 THEN 'jobs_max_attempts_positive'
+    WHEN p_max_attempts > 1000000 THEN 'jobs_max_attempts_range'
     WHEN pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000 THEN 'jobs_idempotency_key_length'
     WHEN p_labels IS NULL THEN 'jobs_labels_not_null'
     WHEN pg_catalog.array_position(p_labels, NULL) IS NOT NULL
@@ -733,6 +734,7 @@ BEGIN
         WHEN 'jobs_priority_range' THEN 'priority'
         WHEN 'jobs_run_at_finite' THEN 'run_at'
         WHEN 'jobs_max_attempts_positive' THEN 'max_attempts'
+        WHEN 'jobs_max_attempts_range' THEN 'max_attempts'
         WHEN 'jobs_idempotency_key_length' THEN 'idempotency_key'
         WHEN 'jobs_labels_valid' THEN 'labels'
         WHEN 'jobs_tenant_length' THEN 'tenant'
@@ -751,6 +753,8 @@ BEGIN
         WHEN 'jobs_run_at_finite' THEN pg_catalog.format('run_at %s is not a finite time', p_run_at)
         WHEN 'jobs_max_attempts_positive' THEN pg_catalog.format(
             'max_attempts %s is not allowed: at least 1 (NULL means the default)', p_max_attempts)
+        WHEN 'jobs_max_attempts_range' THEN pg_catalog.format(
+            'max_attempts %s is out of range (1 to 1000000; NULL means the default)', p_max_attempts)
         WHEN 'jobs_idempotency_key_length' THEN pg_catalog.format(
             'idempotency_key %s is %s bytes long: it must be 1 to 1000 bytes',
             pgsched._shown(p_key), pg_catalog.octet_length(p_key))

@@ -24,6 +24,7 @@ SELECT CASE
     WHEN p_run_at IS NULL THEN 'jobs_run_at_not_null'
     WHEN NOT pg_catalog.isfinite(p_run_at) THEN 'jobs_run_at_finite'
     WHEN p_max_attempts <= 0 THEN 'jobs_max_attempts_positive'
+    WHEN p_max_attempts > 1000000 THEN 'jobs_max_attempts_range'
     WHEN pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000 THEN 'jobs_idempotency_key_length'
     WHEN p_labels IS NULL THEN 'jobs_labels_not_null'
     WHEN pg_catalog.array_position(p_labels, NULL) IS NOT NULL
