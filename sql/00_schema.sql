@@ -89,7 +89,7 @@ CREATE TABLE pgsched.config (
     -- NULL (unlimited) passes; NaN is above every number, so it fails.
     CONSTRAINT config_resource_limits_range CHECK (
         command_memory_limit BETWEEN 4 AND 4194304 AND service_memory_limit BETWEEN 4 AND 4194304
-        AND command_cpu_limit BETWEEN 0.01 AND 1024 AND service_cpu_limit BETWEEN 0.01 AND 1024)
+        AND command_cpu_limit BETWEEN 0.01::real AND 1024 AND service_cpu_limit BETWEEN 0.01::real AND 1024)
 );
 COMMENT ON TABLE pgsched.config IS 'Install-wide settings (one row). shards is fixed at install (tg_config__before_update refuses a change).';
 

@@ -16,7 +16,7 @@ BEGIN
                 p_memory_limit
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'memory_limit';
     END IF;
-    IF p_cpu_limit <> 0 AND NOT p_cpu_limit BETWEEN 0.01 AND 1024 THEN
+    IF p_cpu_limit <> 0 AND NOT p_cpu_limit BETWEEN 0.01::real AND 1024 THEN
         RAISE EXCEPTION 'pgsched: cpu_limit % must be 0 (no limit) or 0.01 to 1024 CPUs (NULL: the default)', p_cpu_limit
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'cpu_limit';
     END IF;
