@@ -9,6 +9,7 @@
 \ir functions/_shown.sql
 \ir functions/_job_problem.sql
 \ir functions/_check_job.sql
+\ir functions/_run_options_problem.sql
 \ir functions/_check_run_options.sql
 \ir functions/_check_command_task.sql
 \ir functions/_check_resource_limits.sql

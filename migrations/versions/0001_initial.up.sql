@@ -769,13 +769,31 @@ BEGIN
 END
 $$;
 
+-- functions/_run_options_problem.sql
+-- _run_options_problem
+-- contract: the name of the rule of pgsched.jobs that a new job's timeout or
+-- concurrency_key breaks (jobs_timeout_positive: not positive;
+-- jobs_concurrency_key_length: not 1 to 200 characters), NULL when neither
+-- does (NULL is allowed for both). The same rules as the table's CHECKs, in
+-- one place for _check_run_options and enqueue_many's set-based pass; a plain
+-- SQL expression, so the planner inlines it there.
+CREATE OR REPLACE FUNCTION pgsched._run_options_problem(p_timeout interval, p_concurrency_key text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE
+    WHEN p_timeout <= interval '0' THEN 'jobs_timeout_positive'
+    WHEN pg_catalog.length(p_concurrency_key) NOT BETWEEN 1 AND 200 THEN 'jobs_concurrency_key_length'
+END
+$$;
+
 -- functions/_check_run_options.sql
 -- _check_run_options
 -- contract: raises check_violation, naming the rule, the column and the
 -- value, when a new job's timeout is not positive or its concurrency_key is
--- not 1 to 200 characters (the table's jobs_timeout_positive and
--- jobs_concurrency_key_length, which would name a partition instead). NULL
--- is allowed for both. p_row, 1-based, is the job's position in a batch and
+-- not 1 to 200 characters (the rules _run_options_problem names: the
+-- table's jobs_timeout_positive and jobs_concurrency_key_length, which would
+-- name a partition instead). NULL is allowed for both. p_row, 1-based, is the job's position in a batch and
 -- leads the message, as in _check_job.
 CREATE OR REPLACE FUNCTION pgsched._check_run_options(
     p_timeout interval, p_concurrency_key text, p_row bigint DEFAULT NULL
@@ -785,14 +803,15 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
+    v_rule text := pgsched._run_options_problem(p_timeout, p_concurrency_key);
     v_prefix text := CASE WHEN p_row IS NULL THEN 'pgsched: ' ELSE pg_catalog.format('pgsched: row %s of the batch: ', p_row) END;
 BEGIN
-    IF p_timeout <= interval '0' THEN
+    IF v_rule = 'jobs_timeout_positive' THEN
         RAISE EXCEPTION '%timeout % is not allowed: it must be positive (NULL means none)', v_prefix, p_timeout
             USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive', COLUMN = 'timeout',
                   SCHEMA = 'pgsched', TABLE = 'jobs';
     END IF;
-    IF pg_catalog.length(p_concurrency_key) NOT BETWEEN 1 AND 200 THEN
+    IF v_rule = 'jobs_concurrency_key_length' THEN
         RAISE EXCEPTION '%concurrency_key % is not allowed: it must be 1 to 200 characters (NULL means none)',
                 v_prefix, pgsched._shown(p_concurrency_key)
             USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_concurrency_key_length', COLUMN = 'concurrency_key',
@@ -4041,7 +4060,7 @@ BEGIN
     IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
         PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
         FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)
-        WHERE u.timeout <= interval '0' OR pg_catalog.length(u.ckey) NOT BETWEEN 1 AND 200;
+        WHERE pgsched._run_options_problem(u.timeout, u.ckey) IS NOT NULL;
     END IF;
 
     -- Set-based, the work the insert trigger does row by row for a plain

@@ -153,7 +153,7 @@ BEGIN
     IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
         PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
         FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)
-        WHERE u.timeout <= interval '0' OR pg_catalog.length(u.ckey) NOT BETWEEN 1 AND 200;
+        WHERE pgsched._run_options_problem(u.timeout, u.ckey) IS NOT NULL;
     END IF;
 
     -- Set-based, the work the insert trigger does row by row for a plain

@@ -194,6 +194,18 @@ def test_the_rules_errors_states_in_words_have_the_checks_numbers(conn: Conn) ->
         assert set(re.findall(r"-?\d+", text)) <= allowed, (name, text, definition)
 
 
+def test_run_options_problem_is_the_checks(conn: Conn) -> None:
+    """A job's timeout and concurrency_key: no limit in Python, one rule in SQL besides the table's CHECKs."""
+    for timeout, ok in (("1 microsecond", True), ("0", False), ("-1 second", False)):
+        assert check_passes(conn, "jobs", "jobs_timeout_positive", timeout=(timeout, "interval")) is ok
+        problem = scalar(conn, "SELECT pgsched._run_options_problem(%s::interval, NULL) AS p", (timeout,))
+        assert (problem is None) is ok, timeout
+    for key, ok in (("k", True), ("k" * 200, True), ("", False), ("k" * 201, False)):
+        assert check_passes(conn, "jobs", "jobs_concurrency_key_length", concurrency_key=(key, "text")) is ok
+        problem = scalar(conn, "SELECT pgsched._run_options_problem(NULL, %s) AS p", (key,))
+        assert (problem is None) is ok, len(key)
+
+
 # --- policy names ----------------------------------------------------------------------------------------------------
 
 
