@@ -23,10 +23,11 @@ from pgsched.cli.common import (
     printable,
     state,
 )
+from pgsched.core.job import ACTIVE_STATES, TERMINAL_STATES
 
 Conn = psycopg.Connection[dict[str, Any]]
 
-STATES = ("scheduled", "waiting", "available", "running", "completed", "dead", "cancelled")
+STATES = (*ACTIVE_STATES, *TERMINAL_STATES)
 
 # One row per job, newest id first: the active row when there is one, else
 # the latest history row (a redriven job has several). Both halves walk their

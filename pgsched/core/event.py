@@ -7,8 +7,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from pgsched.core.job import TERMINAL_STATES
+
 CHANNEL = "pgsched_events"
-STATES = ("completed", "dead", "cancelled")
+STATES = TERMINAL_STATES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,6 +43,11 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
+# The states a job waits or runs in (pgsched.jobs), and those it ends in (pgsched.job_history).
+ACTIVE_STATES = (JobState.SCHEDULED.value, JobState.WAITING.value, JobState.AVAILABLE.value, JobState.RUNNING.value)
+TERMINAL_STATES = (JobState.COMPLETED.value, JobState.DEAD.value, JobState.CANCELLED.value)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedJob:
     """One row returned by pgsched.claim(): a job leased to this worker under lease_token."""

@@ -9,12 +9,14 @@ from typing import Any, Final, LiteralString
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from pgsched.core.job import ACTIVE_STATES as JOB_ACTIVE_STATES
+from pgsched.core.job import TERMINAL_STATES
 from pgsched.db import queries
 from pgsched.db.replica import replica_state_async
 from pgsched.observe.metrics import QueueSnapshot, read_snapshot_async
 
-ACTIVE_STATES: Final = ("scheduled", "waiting", "available", "running")
-FINISHED_STATES: Final = ("completed", "dead", "cancelled")
+ACTIVE_STATES: Final = JOB_ACTIVE_STATES
+FINISHED_STATES: Final = TERMINAL_STATES
 STATES: Final = ACTIVE_STATES + FINISHED_STATES
 
 WORKERS: Final[LiteralString] = """

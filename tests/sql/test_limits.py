@@ -18,6 +18,7 @@ from psycopg import sql
 from pgsched import errors
 from pgsched.api.dispatch import CLEARABLE
 from pgsched.core import limits
+from pgsched.core.job import ACTIVE_STATES, TERMINAL_STATES, JobState
 from pgsched.core.policies import (
     ConcurrencyPolicy,
     ConflictPolicy,
@@ -211,7 +212,7 @@ def test_run_options_problem_is_the_checks(conn: Conn) -> None:
 
 def _check_list(conn: Conn, table: str, name: str) -> list[str]:
     """The quoted values of a CHECK (column IN (...)), in their order."""
-    return re.findall(r"'([^']*)'::text", _constraint(conn, table, name)["definition"])
+    return re.findall(r"'([^']*)'::", _constraint(conn, table, name)["definition"])
 
 
 @pytest.mark.parametrize(
@@ -257,3 +258,10 @@ def test_enqueue_takes_every_conflict_policy(conn: Conn, value: str) -> None:
     first = scalar(conn, "SELECT pgsched.enqueue('t', idempotency_key => 'k', on_conflict => %s)", (value,))
     again = scalar(conn, "SELECT pgsched.enqueue('t', idempotency_key => 'k', on_conflict => %s)", (value,))
     assert again == first
+
+
+def test_job_states_are_the_catalogs(conn: Conn) -> None:
+    listed = scalar(conn, "SELECT enum_range(NULL::pgsched.job_state)::text[] AS states")
+    assert values(JobState) == listed
+    assert [*ACTIVE_STATES, *TERMINAL_STATES] == listed
+    assert list(TERMINAL_STATES) == _check_list(conn, "job_history", "job_history_state_terminal")
