@@ -10,9 +10,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgsched.core.limits import MAX_ATTEMPTS_MIN
 from pgsched.core.policies import ConflictPolicy
-from pgsched.core.task import JobSpec, Ref, check_resource_limits
+from pgsched.core.task import JobSpec, Ref, check_labels, check_max_attempts, check_resource_limits
 
 
 def _job_params(spec: JobSpec) -> tuple[Any, ...]:
@@ -112,12 +111,9 @@ def command_params(
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
         raise TypeError(f"timeout must be seconds or a timedelta, not {timeout!r}")
     args, variables = check_command(argv, env, cwd, seconds)
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)):
-        raise TypeError(f"max_attempts must be an int or None, not {max_attempts!r}")
-    if max_attempts is not None and max_attempts < MAX_ATTEMPTS_MIN:
-        raise ValueError(f"max_attempts must be at least {MAX_ATTEMPTS_MIN}, not {max_attempts}")
-    if labels is not None and (isinstance(labels, str) or not all(isinstance(x, str) and x for x in labels)):
-        raise ValueError(f"labels must be a sequence of non-empty strings, not {labels!r}")
+    check_max_attempts(max_attempts, "max_attempts")
+    if labels is not None:
+        check_labels(labels, "labels")
     return (
         args,
         Jsonb(variables),

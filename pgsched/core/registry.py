@@ -14,9 +14,9 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from pgsched.core.handle import JobHandle
-from pgsched.core.limits import MAX_ATTEMPTS_MIN, TASK_NAME
+from pgsched.core.limits import TASK_NAME
 from pgsched.core.policies import ConcurrencyPolicy, GapPolicy, MisfirePolicy, OverlapPolicy, values
-from pgsched.core.task import JobSpec, Task, check_resource_limits
+from pgsched.core.task import JobSpec, Task, check_max_attempts, check_resource_limits
 from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 
 P = ParamSpec("P")
@@ -187,8 +187,7 @@ class Registry(ABC):
                 raise ValueError(f"{task_name!r} is not a valid task name (letters, digits, _ . : -); pass name=...")
             if task_name in self.tasks and self.tasks[task_name].fn is not func:
                 raise TaskAlreadyRegistered(f"a task named {task_name!r} is already registered")
-            if max_attempts is not None and max_attempts < MAX_ATTEMPTS_MIN:
-                raise ValueError(f"max_attempts must be at least {MAX_ATTEMPTS_MIN}")
+            check_max_attempts(max_attempts, f"max_attempts of task {task_name!r}")
             created = Task(
                 self,
                 func,

@@ -36,6 +36,23 @@ KEY_SCOPES = tuple(values(KeyScope))
 DEPENDENCY_POLICIES = tuple(values(DependencyPolicy))
 
 
+def check_max_attempts(value: Any, what: str, default: str = "None means the default") -> None:
+    """max_attempts is None or an int of at least MAX_ATTEMPTS_MIN; else TypeError or ValueError. The database
+    checks the upper bound (jobs_max_attempts_range)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int or None, not {value!r}")
+    if value < MAX_ATTEMPTS_MIN:
+        raise ValueError(f"{what} must be at least {MAX_ATTEMPTS_MIN}, not {value} ({default})")
+
+
+def check_labels(value: Any, what: str) -> None:
+    """Labels are a sequence of non-empty strings (a worker offers each by name); else ValueError."""
+    if isinstance(value, str) or not all(isinstance(label, str) and label for label in value):
+        raise ValueError(f"{what} must be a sequence of non-empty strings, not {value!r}")
+
+
 def check_key_scope(value: str | None, what: str) -> None:
     """A key scope is None (the install's: retention), 'active' or 'retention'; else ValueError."""
     if value is not None and value not in KEY_SCOPES:
@@ -84,15 +101,13 @@ class JobSpec:
             check_timeout(self.timeout, f"timeout of a {self.task!r} job")
         if not isinstance(self.service, bool):
             raise TypeError(f"service of a {self.task!r} job must be a bool, not {self.service!r}")
-        for name in ("priority", "max_attempts"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"{name} of a {self.task!r} job must be an int or None, not {value!r}")
-        if self.max_attempts is not None and self.max_attempts < MAX_ATTEMPTS_MIN:
-            raise ValueError(
-                f"max_attempts of a {self.task!r} job must be at least {MAX_ATTEMPTS_MIN}, not {self.max_attempts}"
-                " (None means the task's, else the install's default)"
-            )
+        if self.priority is not None and (isinstance(self.priority, bool) or not isinstance(self.priority, int)):
+            raise TypeError(f"priority of a {self.task!r} job must be an int or None, not {self.priority!r}")
+        check_max_attempts(
+            self.max_attempts,
+            f"max_attempts of a {self.task!r} job",
+            "None means the task's, else the install's default",
+        )
         if self.priority is not None and not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise ValueError(
                 f"priority of a {self.task!r} job must be between {PRIORITY_MIN} and {PRIORITY_MAX},"
@@ -100,10 +115,7 @@ class JobSpec:
             )
         if self.delay is not None and not isinstance(self.delay, timedelta):
             raise TypeError(f"delay of a {self.task!r} job must be a timedelta, not {self.delay!r}")
-        if isinstance(self.labels, str) or not all(isinstance(label, str) and label for label in self.labels):
-            raise ValueError(
-                f"labels of a {self.task!r} job must be a sequence of non-empty strings, not {self.labels!r}"
-            )
+        check_labels(self.labels, f"labels of a {self.task!r} job")
         if isinstance(self.depends_on, str | int | JobSpec | Ref) or not all(
             isinstance(d, JobSpec | Ref) or (isinstance(d, int) and not isinstance(d, bool) and d > 0)
             for d in self.depends_on
