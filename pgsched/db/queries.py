@@ -1,4 +1,8 @@
-"""The SQL statements the Python side sends, loaded once from queries.sql."""
+"""The SQL statements the Python side sends, named blocks of the .sql files under db/sql/, loaded once.
+
+Each file holds the queries of one concern (enqueue.sql, work.sql, jobs.sql, ...); each query is a block that
+starts with ``-- name: <name>``, and a name is unique across the files.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,20 @@ import re
 from pathlib import Path
 from typing import Final, LiteralString
 
+SQL_DIR: Final = Path(__file__).with_name("sql")
+
 
 def _load() -> dict[str, LiteralString]:
-    text: str = Path(__file__).with_name("queries.sql").read_text()
     found: dict[str, LiteralString] = {}
-    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        lines = [line for line in body.splitlines() if line.strip() and not line.startswith("--")]
-        query: str = "\n".join(lines).rstrip(";")
-        found[name.strip()] = query
+    for path in sorted(SQL_DIR.glob("*.sql")):
+        text: str = path.read_text()
+        for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
+            name, _, body = block.partition("\n")
+            lines = [line for line in body.splitlines() if line.strip() and not line.startswith("--")]
+            query: str = "\n".join(lines).rstrip(";")
+            if name.strip() in found:
+                raise RuntimeError(f"query {name.strip()!r} is named twice (again in {path.name})")
+            found[name.strip()] = query
     return found
 
 
