@@ -23,6 +23,7 @@ from pgsched.cli.common import (
     printable,
     state,
 )
+from pgsched.db import queries
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -69,30 +70,6 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
-# The job wherever it is: its active row, else its latest history row.
-SHOW_JOB = """
-SELECT * FROM (
-    SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
-           j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
-           j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service,
-           j.progress, j.progress_note, j.progress_at, j.steps
-    FROM pgsched.jobs j
-    WHERE j.id = %(id)s
-    UNION ALL
-    (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
-            h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service,
-            h.progress, h.progress_note, h.progress_at, h.steps
-     FROM pgsched.job_history h
-     WHERE h.id = %(id)s
-     ORDER BY h.finished_at DESC
-     LIMIT 1)
-) found
-ORDER BY ("table" = 'jobs') DESC
-LIMIT 1
-"""
-
 JOB_EVENTS = """
 SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
 FROM pgsched.job_timeline e
@@ -115,7 +92,7 @@ REFUSED = frozenset({"not_found", "not_retryable", "busy"})
 
 
 def find_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
-    return conn.execute(SHOW_JOB, {"id": job_id}).fetchone()
+    return conn.execute(queries.SHOW_JOB, {"id": job_id}).fetchone()
 
 
 def summary(row: dict[str, Any]) -> dict[str, Any]:

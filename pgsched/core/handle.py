@@ -83,7 +83,7 @@ class JobHandle(int):
 
     def status(self, conn: psycopg.Connection[Any] | None = None) -> JobStatus:
         """The job's state, attempt, and (once finished) result or error; raises JobNotFound."""
-        rows = self.app._run(conn, queries.JOB_STATUS, (self.id, self.id))
+        rows = self.app._run(conn, queries.JOB_STATUS, (self.id,))
         return self._status_from(rows)
 
     def state(self, conn: psycopg.Connection[Any] | None = None) -> JobState:
@@ -91,7 +91,7 @@ class JobHandle(int):
 
     def progress(self, conn: psycopg.Connection[Any] | None = None) -> Progress | None:
         """The job's last progress report (kept when it finished too), or None if it made none; raises JobNotFound."""
-        rows = self.app._run(conn, queries.JOB_PROGRESS, (self.id, self.id))
+        rows = self.app._run(conn, queries.JOB_PROGRESS, (self.id,))
         if not rows:
             self._status_from(rows)  # raises JobNotFound
         fraction, note, at, _steps = rows[0]
@@ -146,7 +146,7 @@ class JobHandle(int):
                 conn.execute(f"LISTEN {CHANNEL}")
                 while True:
                     with conn.cursor(row_factory=tuple_row) as cur:
-                        status = self._status_from(cur.execute(queries.JOB_STATUS, (self.id, self.id)).fetchall())
+                        status = self._status_from(cur.execute(queries.JOB_STATUS, (self.id,)).fetchall())
                     if status.finished:
                         return self._outcome(status)
                     left = poll_interval if deadline is None else deadline - time.monotonic()
@@ -168,7 +168,7 @@ class JobHandle(int):
                 await conn.execute(f"LISTEN {CHANNEL}")
                 while True:
                     async with conn.cursor(row_factory=tuple_row) as cur:
-                        await cur.execute(queries.JOB_STATUS, (self.id, self.id))
+                        await cur.execute(queries.JOB_STATUS, (self.id,))
                         status = self._status_from(await cur.fetchall())
                     if status.finished:
                         return self._outcome(status)

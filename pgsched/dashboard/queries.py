@@ -78,30 +78,6 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
-# The job wherever it is: its active row, else its latest history row.
-JOB: Final[LiteralString] = """
-SELECT * FROM (
-    SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
-           j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
-           j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.schedule, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error,
-           j.progress, j.progress_note, j.progress_at
-    FROM pgsched.jobs j
-    WHERE j.id = %(id)s
-    UNION ALL
-    (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
-            h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.schedule, h.created_at, h.started_at, h.finished_at, h.result, h.error,
-            h.progress, h.progress_note, h.progress_at
-     FROM pgsched.job_history h
-     WHERE h.id = %(id)s
-     ORDER BY h.finished_at DESC
-     LIMIT 1)
-) found
-ORDER BY ("table" = 'jobs') DESC
-LIMIT 1
-"""
-
 JOB_EVENTS: Final[LiteralString] = """
 SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
 FROM pgsched.job_timeline e
@@ -328,7 +304,7 @@ class Store:
         return {"queue": queue, "stats": stats, "state": state, **_page(jobs, limit)}
 
     async def job(self, job_id: int) -> dict[str, Any] | None:
-        job = await self.row(JOB, {"id": job_id})
+        job = await self.row(queries.DASHBOARD_JOB, {"id": job_id})
         if job is None:
             return None
         return {
