@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from pgsched.core.handle import JobHandle
 from pgsched.core.task import JobSpec, Task, check_resource_limits
+from pgsched.db import queries
 from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
 
 P = ParamSpec("P")
@@ -59,14 +60,6 @@ def _default_task_name(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{func.__qualname__.replace('<locals>.', '')}"
 
 
-UPSERT_SCHEDULE = (
-    "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s, timezone => %s,"
-    " queue => %s, priority => %s, max_attempts => %s, gap_policy => %s, overlap_policy => %s,"
-    " misfire_policy => %s, misfire_cap => %s, misfire_grace => %s, concurrency => %s,"
-    " enabled => %s, horizon => %s, source => 'code')"
-)
-
-
 def schedule_params(spec: ScheduleSpec) -> tuple[Any, ...]:
     """pgsched.upsert_schedule's parameters for a schedule defined in code."""
     return (
@@ -95,7 +88,7 @@ def sync_schedules(conn: psycopg.Connection[Any], schedules: Iterable[ScheduleSp
     try:
         for spec in schedules:
             with conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(UPSERT_SCHEDULE, schedule_params(spec)).fetchall()
+                cur.execute(queries.UPSERT_SCHEDULE, schedule_params(spec)).fetchall()
             count += 1
     except psycopg.Error as exc:
         raise from_psycopg(exc) from exc

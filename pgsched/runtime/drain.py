@@ -80,7 +80,11 @@ def drain(
         while result.ran < limit:
             with db.cursor(row_factory=tuple_row) as cur:
                 cur.execute(queries.PROMOTE_DUE)
-                names = list(queues) if queues is not None else [r[0] for r in cur.execute(_QUEUES).fetchall()]
+                names = (
+                    list(queues)
+                    if queues is not None
+                    else [r[0] for r in cur.execute(queries.AVAILABLE_QUEUES).fetchall()]
+                )
             if not names:
                 break
             with db.cursor(row_factory=class_row(ClaimedJob)) as cur:
@@ -112,9 +116,6 @@ def drain(
         if own:
             db.close()
     return result
-
-
-_QUEUES = "SELECT DISTINCT queue FROM pgsched.jobs WHERE state = 'available'"
 
 
 def _run(task: Task[Any, Any] | None, ctx: JobContext) -> tuple[Outcome, BaseException | None]:

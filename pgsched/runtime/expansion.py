@@ -31,6 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.core import cron
+from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
@@ -319,20 +320,7 @@ def _due_schedules(conn: psycopg.Connection[Any], shards: list[int]) -> list[dic
     """Schedules of these shards that need expanding, the most behind first (a busy one cannot keep
     the others waiting); one whose version failed waits for an edit."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(
-            """
-            SELECT name, cron, timezone, enabled, gap_policy, overlap_policy, misfire_policy, misfire_cap,
-                   misfire_grace, horizon, shard, version, expanded_version, expanded_until,
-                   clock_timestamp() AS db_now
-            FROM pgsched.schedules
-            WHERE shard = ANY(%s)
-              AND (expanded_version <> version
-                   OR (enabled AND last_error IS NULL
-                       AND (expanded_until IS NULL OR expanded_until < clock_timestamp() + horizon / 2)))
-            ORDER BY expanded_version <> version DESC, expanded_until NULLS FIRST, name
-            """,
-            (shards,),
-        ).fetchall()
+        return cur.execute(queries.DUE_SCHEDULES, (shards,)).fetchall()
 
 
 # -- in workers ----------------------------------------------------------------------------------

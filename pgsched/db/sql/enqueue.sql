@@ -33,3 +33,23 @@ SELECT job_id FROM pgsched.enqueue_many(
     (SELECT pg_catalog.array_agg(d.e ORDER BY d.n)
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS d(e, n)),
     %s::text[], %s::jsonb, %s::interval[], %s::text[], %s::text[]);
+
+-- name: enqueue_named
+-- `pgsched enqueue`: named arguments, each value cast to the parameter's type: a bad value is
+-- refused as such, never as a missing function.
+SELECT pgsched.enqueue(
+    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
+    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
+    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
+    labels => %(labels)s::text[], tenant => %(tenant)s::text,
+    depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text,
+    on_conflict => %(on_conflict)s::text, key_scope => %(key_scope)s::text) AS id;
+
+-- name: enqueue_service_named
+-- `pgsched enqueue --service`.
+SELECT pgsched.enqueue_service(
+    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
+    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
+    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
+    labels => %(labels)s::text[], tenant => %(tenant)s::text,
+    memory_limit => %(memory_limit)s::integer, cpu_limit => %(cpu_limit)s::real) AS id;

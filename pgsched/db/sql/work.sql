@@ -130,3 +130,7 @@ SELECT memory_limit, cpu_limit FROM pgsched.jobs WHERE id = %s AND shard = %s;
 -- A job's dependencies with their outcomes (ctx.dependencies).
 -- name: dependency_outcomes
 SELECT id, state, result, error FROM pgsched.dependency_outcomes(%s::bigint);
+
+-- name: available_queues
+-- The queues with due jobs, for App.drain() without a queue list.
+SELECT DISTINCT queue FROM pgsched.jobs WHERE state = 'available';
