@@ -272,7 +272,7 @@ class Expander:
             params = (self.holder, shard, epoch, name, row["version"], json.dumps(decisions), start, until)
             value = self._db.call(
                 lambda c, params=params: c.execute(  # type: ignore[misc]
-                    "SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s)", params
+                    queries.ADD_OCCURRENCES, params
                 ).fetchone()
             )
             created = int(value[0]) if value else 0
@@ -291,7 +291,7 @@ class Expander:
         result.errors += 1
         self._db.call(
             lambda c: c.execute(
-                "SELECT pgsched.schedule_error(%s, %s, %s, %s, %s, %s)",
+                queries.SCHEDULE_ERROR,
                 (self.holder, row["shard"], epoch, row["name"], row["version"], message),
             )
         )
@@ -362,7 +362,7 @@ class ScheduleKeeper:
             self._thread.join(timeout=10)
         if self.epochs:
             try:
-                self._db.get().execute("SELECT pgsched.release_shards(%s)", (self.holder,))
+                self._db.get().execute(queries.RELEASE_SHARDS, (self.holder,))
             except psycopg.Error as exc:
                 log.warning("%s could not give back its shards (%s); they expire with the lease", self.holder, exc)
         self._db.close()
@@ -406,7 +406,7 @@ class ScheduleKeeper:
         self._next_renew = time.monotonic() + self.lease / 3
         rows = self._db.call(
             lambda c: c.execute(
-                "SELECT shard, epoch FROM pgsched.acquire_idle_shards(%s, %s)",
+                queries.ACQUIRE_IDLE_SHARDS,
                 (self.holder, timedelta(seconds=self.lease)),
             ).fetchall()
         )

@@ -134,3 +134,27 @@ SELECT id, state, result, error FROM pgsched.dependency_outcomes(%s::bigint);
 -- name: available_queues
 -- The queues with due jobs, for App.drain() without a queue list.
 SELECT DISTINCT queue FROM pgsched.jobs WHERE state = 'available';
+
+-- Shards held by lease (scanners, and workers' schedule keepers); the epoch fences a replaced owner.
+
+-- name: acquire_shards
+SELECT shard, epoch FROM pgsched.acquire_shards(%s, %s, %s, %s);
+
+-- name: acquire_idle_shards
+SELECT shard, epoch FROM pgsched.acquire_idle_shards(%s, %s);
+
+-- name: release_shards
+SELECT pgsched.release_shards(%s);
+
+-- name: next_due
+-- When each shard's next job falls due, with the database's clock to measure it against.
+SELECT s, pgsched.next_due(s), clock_timestamp() FROM unnest(%s::integer[]) s;
+
+-- name: scan_shard
+SELECT expired, promoted, next_due, db_now FROM pgsched.scan_shard(%s, %s, %s);
+
+-- name: add_occurrences
+SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s);
+
+-- name: schedule_error
+SELECT pgsched.schedule_error(%s, %s, %s, %s, %s, %s);
