@@ -15,7 +15,8 @@ from psycopg.rows import tuple_row
 from pgsched.core.event import CHANNEL, parse_payload
 from pgsched.core.job import JobState
 from pgsched.db import queries
-from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout, from_psycopg
+from pgsched.db.translate import translated
+from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout
 
 
 class JobSource(Protocol):
@@ -141,29 +142,26 @@ class JobHandle(int):
         yet). Holds a connection of its own while it waits.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            with psycopg.connect(self.app.dsn, autocommit=True) as conn:
-                conn.execute(f"LISTEN {CHANNEL}")
-                while True:
-                    with conn.cursor(row_factory=tuple_row) as cur:
-                        status = self._status_from(cur.execute(queries.JOB_STATUS, (self.id,)).fetchall())
-                    if status.finished:
-                        return self._outcome(status)
-                    left = poll_interval if deadline is None else deadline - time.monotonic()
-                    if left <= 0:
-                        raise self._timeout(timeout, status)
-                    for note in conn.notifies(timeout=min(poll_interval, left)):
-                        event = parse_payload(note.payload)
-                        if event is not None and event.id == self.id:
-                            break
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        with translated(), psycopg.connect(self.app.dsn, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            while True:
+                with conn.cursor(row_factory=tuple_row) as cur:
+                    status = self._status_from(cur.execute(queries.JOB_STATUS, (self.id,)).fetchall())
+                if status.finished:
+                    return self._outcome(status)
+                left = poll_interval if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timeout(timeout, status)
+                for note in conn.notifies(timeout=min(poll_interval, left)):
+                    event = parse_payload(note.payload)
+                    if event is not None and event.id == self.id:
+                        break
 
     async def wait_async(self, timeout: float | None = None, *, poll_interval: float = 5.0) -> Any:
         """``wait()`` for asyncio code: the same result and errors, on an async connection of its own."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        try:
+        with translated():
             async with await psycopg.AsyncConnection.connect(self.app.dsn, autocommit=True) as conn:
                 await conn.execute(f"LISTEN {CHANNEL}")
                 while True:
@@ -179,5 +177,3 @@ class JobHandle(int):
                         event = parse_payload(note.payload)
                         if event is not None and event.id == self.id:
                             break
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc

@@ -16,7 +16,8 @@ from psycopg.types.json import Jsonb
 from pgsched.core.handle import JobHandle
 from pgsched.core.task import JobSpec, Task, check_resource_limits
 from pgsched.db import queries
-from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
+from pgsched.db.translate import translated
+from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered
 
 P = ParamSpec("P")
 _SCHEDULE_POLICIES = {
@@ -85,13 +86,11 @@ def schedule_params(spec: ScheduleSpec) -> tuple[Any, ...]:
 def sync_schedules(conn: psycopg.Connection[Any], schedules: Iterable[ScheduleSpec]) -> int:
     """Write the schedules defined in code into pgsched.schedules on ``conn``; returns how many."""
     count = 0
-    try:
+    with translated():
         for spec in schedules:
             with conn.cursor(row_factory=tuple_row) as cur:
                 cur.execute(queries.UPSERT_SCHEDULE, schedule_params(spec)).fetchall()
             count += 1
-    except psycopg.Error as exc:
-        raise from_psycopg(exc) from exc
     return count
 
 
