@@ -63,6 +63,7 @@
 \ir functions/fail.sql
 \ir functions/find_jobs.sql
 \ir functions/heartbeat.sql
+\ir functions/job.sql
 \ir functions/maintain.sql
 \ir functions/next_due.sql
 \ir functions/next_start.sql

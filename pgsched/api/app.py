@@ -21,7 +21,7 @@ from pgsched.api.params import (
     with_callback,
 )
 from pgsched.core.handle import JobHandle
-from pgsched.core.registry import UPSERT_SCHEDULE, Registry, ScheduleSpec, schedule_params
+from pgsched.core.registry import Registry, ScheduleSpec, schedule_params
 from pgsched.core.task import JobSpec, Task
 from pgsched.db import queries
 from pgsched.db.producer import Producer
@@ -75,7 +75,7 @@ class App(Registry):
     def sync_schedules(self, conn: psycopg.Connection[Any] | None = None) -> int:
         """Write the schedules defined in code into pgsched.schedules; returns how many."""
         for spec in self.schedules.values():
-            self._run(conn, UPSERT_SCHEDULE, schedule_params(spec))
+            self._run(conn, queries.UPSERT_SCHEDULE, schedule_params(spec))
         return len(self.schedules)
 
     # -- connections -------------------------------------------------------

@@ -14,16 +14,9 @@ from typing import Any, Final
 import psycopg
 from psycopg.types.json import Jsonb
 
-CLEARABLE: Final = ("concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "tenant_weights", "all")
+from pgsched.db import queries
 
-CONFIGURE: Final = """
-SELECT pgsched.configure_queue(
-    %(name)s::text, concurrency => %(concurrency)s::integer, rate => %(rate)s::integer,
-    rate_period => %(rate_period)s::interval, aging => %(aging)s::interval,
-    tenant_fairness => %(tenant_fairness)s::boolean, key_concurrency => %(key_concurrency)s::integer,
-    key_rate => %(key_rate)s::integer, labels => %(labels)s::text[], p_clear => %(clear)s::text[],
-    tenant_weights => %(tenant_weights)s::jsonb) AS settings
-"""
+CLEARABLE: Final = ("concurrency", "key_concurrency", "rate", "key_rate", "aging", "labels", "tenant_weights", "all")
 
 _RATE: Final = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
 _PERIOD_WORDS: Final = {"s": "1s", "sec": "1s", "second": "1s", "m": "1m", "min": "1m", "minute": "1m",
@@ -86,7 +79,7 @@ def configure_queue(
         "clear": list(clear) or None,
         "tenant_weights": Jsonb(dict(tenant_weights)) if tenant_weights is not None else None,
     }
-    row = conn.execute(CONFIGURE, params).fetchone()
+    row = conn.execute(queries.CONFIGURE_QUEUE, params).fetchone()
     assert row is not None
     settings = row["settings"] if isinstance(row, Mapping) else row[0]
     return dict(settings)

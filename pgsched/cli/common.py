@@ -21,6 +21,7 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
+from pgsched.db.translate import translated
 from pgsched.errors import ConfigurationError, PgschedError, from_psycopg
 from pgsched.observe.redact import RedactingFilter, redact, remember
 
@@ -60,11 +61,11 @@ class CliState:
 
     @contextmanager
     def connect(self, *, migrate: bool = True) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        try:
-            with psycopg.connect(self.resolve(migrate=migrate), autocommit=True, row_factory=dict_row) as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        with (
+            translated(),
+            psycopg.connect(self.resolve(migrate=migrate), autocommit=True, row_factory=dict_row) as conn,
+        ):
+            yield conn
 
 
 def check_read_dsn(primary: str, read_dsn: str) -> None:
@@ -73,14 +74,12 @@ def check_read_dsn(primary: str, read_dsn: str) -> None:
 
     remember(read_dsn)
     _check_dsn(read_dsn)
-    try:
-        with (
-            psycopg.connect(primary, autocommit=True, connect_timeout=10) as ours,
-            psycopg.connect(read_dsn, autocommit=True, connect_timeout=10) as theirs,
-        ):
-            check_same_database(ours, theirs)
-    except psycopg.Error as exc:
-        raise from_psycopg(exc) from exc
+    with (
+        translated(),
+        psycopg.connect(primary, autocommit=True, connect_timeout=10) as ours,
+        psycopg.connect(read_dsn, autocommit=True, connect_timeout=10) as theirs,
+    ):
+        check_same_database(ours, theirs)
 
 
 def _check_dsn(dsn: str) -> None:

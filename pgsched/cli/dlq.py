@@ -15,22 +15,8 @@ from pgsched.cli.common import (
     handle_errors,
     state,
 )
-from pgsched.cli.jobs import RETRY_ONE, Conn, report_results, run_each, summary
-
-LIST_DEAD = """
-SELECT d.id, d.queue, d.task, d.args, d.attempt, d.max_attempts, d.error, d.died_at, d.last_worker,
-       d.created_at, d.idempotency_key, d.labels, d.tenant
-FROM pgsched.dead_letters d
-WHERE %(queue)s::text IS NULL OR d.queue = %(queue)s::text
-ORDER BY d.died_at DESC, d.id DESC
-LIMIT %(limit)s
-"""
-
-COUNT_DEAD = "SELECT count(*) AS n FROM pgsched.dead_letters d WHERE %s::text IS NULL OR d.queue = %s::text"
-
-DEAD_IDS = "SELECT d.id FROM pgsched.dead_letters d WHERE %s::text IS NULL OR d.queue = %s::text ORDER BY d.id"
-
-RETRY_MANY = "SELECT t.id, pgsched.retry(t.id) AS result FROM unnest(%s::bigint[]) AS t(id)"
+from pgsched.cli.jobs import Conn, report_results, run_each, summary
+from pgsched.db import queries
 
 DEAD_COLUMNS = ("id", "queue", "task", "attempts", "died_at", "last_worker", "error")
 REDRIVE_BATCH = 500
@@ -38,7 +24,7 @@ REDRIVE_BATCH = 500
 
 def _list_dead(ctx: click.Context, queue: str | None, limit: int, as_json: bool) -> None:
     with state(ctx).connect() as conn:
-        rows = conn.execute(LIST_DEAD, {"queue": queue, "limit": limit}).fetchall()
+        rows = conn.execute(queries.DEAD_LETTERS, {"queue": queue, "limit": limit}).fetchall()
         total = _count_dead(conn, queue) if not as_json and len(rows) == limit else len(rows)
     rows = [summary(r) for r in rows]
     if as_json:
@@ -52,7 +38,7 @@ def _list_dead(ctx: click.Context, queue: str | None, limit: int, as_json: bool)
 
 
 def _count_dead(conn: Conn, queue: str | None) -> int:
-    row = conn.execute(COUNT_DEAD, [queue, queue]).fetchone()
+    row = conn.execute(queries.COUNT_DEAD_LETTERS, [queue, queue]).fetchone()
     return int(row["n"]) if row else 0
 
 
@@ -118,9 +104,9 @@ def dlq_retry(
         raise click.UsageError("--queue only applies with --all", ctx=ctx)
     with state(ctx).connect() as conn:
         if not redrive_all:
-            report_results(run_each(conn, RETRY_ONE, job_ids), as_json)
+            report_results(run_each(conn, queries.RETRY_JOB, job_ids), as_json)
             return
-        ids = [int(r["id"]) for r in conn.execute(DEAD_IDS, [queue, queue]).fetchall()]
+        ids = [int(r["id"]) for r in conn.execute(queries.DEAD_LETTER_IDS, [queue, queue]).fetchall()]
         _confirm_all(len(ids), queue, yes)
         results = _redrive(conn, ids)
     report_results(results, as_json, lines=False)
@@ -146,7 +132,7 @@ def _redrive(conn: Conn, ids: Sequence[int]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for start in range(0, len(ids), REDRIVE_BATCH):
         batch = list(ids[start : start + REDRIVE_BATCH])
-        results.extend(conn.execute(RETRY_MANY, [batch]).fetchall())
+        results.extend(conn.execute(queries.RETRY_EACH, [batch]).fetchall())
     return results
 
 

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.cli.common import duration_callback, emit_json, emit_table, handle_errors, state
+from pgsched.db import queries
 from pgsched.observe.redact import describe, redact
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -39,7 +40,7 @@ def _seconds(value: Any) -> float:
 
 
 def check_connection(conn: psycopg.Connection[dict[str, Any]]) -> Check:
-    row = conn.execute("SELECT current_setting('server_version') AS v, current_database() AS db").fetchone()
+    row = conn.execute(queries.DOCTOR_SERVER).fetchone()
     assert row is not None
     return Check("connection", OK, f"PostgreSQL {row['v']}, database {row['db']}")
 
@@ -84,16 +85,7 @@ def check_horizon(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> l
     A session holds it with a snapshot (backend_xmin) or, idle in a transaction that wrote, with its xid
     alone (backend_xid): pgsched.xmin_horizon() reads both, and prepared transactions and replication slots.
     """
-    holders = conn.execute(
-        """
-        SELECT h.holder, h.pid, h.xid_age AS xmin_age, h.age_s, h.state, h.application_name,
-               a.usename AS "user", a.client_addr::text AS client,
-               left(regexp_replace(a.query, '\\s+', ' ', 'g'), 120) AS query
-        FROM pgsched.xmin_horizon() h
-        LEFT JOIN pg_stat_activity a ON a.pid = h.pid AND h.holder = 'session'
-        LIMIT 5
-        """
-    ).fetchall()
+    holders = conn.execute(queries.DOCTOR_XMIN_HOLDERS).fetchall()
     checks: list[Check] = []
     limit = limits.max_xact_age.total_seconds()
     # A slot has no age in seconds: it fails by transactions only.
@@ -130,15 +122,7 @@ def check_horizon(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> l
         )
         checks.append(Check("xmin horizon", OK, oldest or "no long transaction holds it back", {"holders": holders}))
 
-    idle = conn.execute(
-        """
-        SELECT pid, application_name, now() - state_change AS idle_for,
-               left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query
-        FROM pg_stat_activity
-        WHERE state IN ('idle in transaction', 'idle in transaction (aborted)') AND pid <> pg_backend_pid()
-        ORDER BY state_change
-        """
-    ).fetchall()
+    idle = conn.execute(queries.DOCTOR_IDLE_TRANSACTIONS).fetchall()
     long_idle = [r for r in idle if _seconds(r["idle_for"]) > limits.max_idle_xact.total_seconds()]
     if long_idle:
         r = long_idle[0]
@@ -158,9 +142,7 @@ def check_horizon(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> l
 
 def check_dead_tuples(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> Check:
     """Dead row versions per table, a partitioned table's partitions summed (each may stay under a threshold)."""
-    from pgsched.observe.metrics import DEAD_TUPLES_SQL
-
-    rows = [r for r in conn.execute(DEAD_TUPLES_SQL).fetchall() if r["dead"] > 0]
+    rows = [r for r in conn.execute(queries.DEAD_TUPLES).fetchall() if r["dead"] > 0]
     bloated = [r for r in rows if r["dead"] > 10_000 and r["dead"] > limits.max_dead_ratio * max(r["live"], 1)]
     total = sum(r["dead"] for r in rows)
     if bloated:
@@ -177,18 +159,7 @@ def check_dead_tuples(conn: psycopg.Connection[dict[str, Any]], limits: Limits) 
 
 
 def check_jobs(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list[Check]:
-    row = conn.execute(
-        """
-        SELECT (SELECT count(*) FROM pgsched.jobs
-                WHERE state = 'running' AND lease_expires_at < now() - interval '1 minute') AS expired,
-               (SELECT min(lease_expires_at) FROM pgsched.jobs
-                WHERE state = 'running' AND lease_expires_at < now() - interval '1 minute') AS oldest_expired,
-               (SELECT extract(epoch FROM now() - min(run_at)) FROM pgsched.jobs
-                WHERE state IN ('available', 'scheduled') AND run_at <= now()) AS oldest_due_s,
-               (SELECT count(*) FROM pgsched.jobs
-                WHERE state IN ('available', 'scheduled') AND run_at <= now()) AS due
-        """
-    ).fetchone()
+    row = conn.execute(queries.DOCTOR_JOBS).fetchone()
     assert row is not None
     checks = []
     if row["expired"]:
@@ -210,8 +181,6 @@ def check_jobs(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> list
 
 def check_unserved_labels(conn: psycopg.Connection[dict[str, Any]]) -> Check:
     """Due jobs whose labels no live worker of their queue offers: they would wait silently."""
-    from pgsched.db import queries
-
     rows = conn.execute(queries.UNSERVED_LABELS).fetchall()
     if not rows:
         return Check("worker pools", OK, "every due job with labels has a live worker offering them")
@@ -230,8 +199,6 @@ def check_unserved_labels(conn: psycopg.Connection[dict[str, Any]]) -> Check:
 
 def check_unserved_tasks(conn: psycopg.Connection[dict[str, Any]]) -> Check:
     """Jobs handed back because no live worker of their queue has registered their task: dead at the timeout."""
-    from pgsched.db import queries
-
     rows = conn.execute(queries.UNSERVED_TASKS).fetchall()
     if not rows:
         return Check("unserved tasks", OK, "every job handed back for its task has a live worker that knows it")
@@ -250,15 +217,9 @@ def check_unserved_tasks(conn: psycopg.Connection[dict[str, Any]]) -> Check:
 
 
 def check_processes(conn: psycopg.Connection[dict[str, Any]]) -> list[Check]:
-    workers = conn.execute(
-        "SELECT count(*) AS n, coalesce(sum(running), 0) AS running FROM pgsched.workers_live"
-    ).fetchone()
-    scanners = conn.execute(
-        "SELECT count(*) AS n FROM pgsched.scanners WHERE last_seen > now() - interval '1 minute'"
-    ).fetchone()
-    orphaned = conn.execute(
-        "SELECT count(*) AS n FROM pgsched.shard_leases WHERE owner IS NULL OR expires_at < now()"
-    ).fetchone()
+    workers = conn.execute(queries.DOCTOR_WORKERS).fetchone()
+    scanners = conn.execute(queries.DOCTOR_SCANNERS).fetchone()
+    orphaned = conn.execute(queries.DOCTOR_ORPHANED_SHARDS).fetchone()
     assert workers is not None
     assert scanners is not None
     assert orphaned is not None
@@ -287,10 +248,7 @@ def check_resource_limits(conn: psycopg.Connection[dict[str, Any]]) -> Check:
     """How the live workers that run command jobs limit them: a cgroup per run, or only rlimits."""
     from pgsched.runtime.limits import mechanism
 
-    rows = conn.execute(
-        "SELECT w.name, w.resource_limits FROM pgsched.workers w JOIN pgsched.workers_live l ON l.name = w.name"
-        " WHERE w.resource_limits IS NOT NULL ORDER BY w.name"
-    ).fetchall()
+    rows = conn.execute(queries.DOCTOR_RESOURCE_LIMITS).fetchall()
     here = mechanism().describe()
     if not rows:
         return Check("resource limits", OK, f"no live worker runs commands; one on this host would use {here}")
@@ -304,16 +262,7 @@ def check_resource_limits(conn: psycopg.Connection[dict[str, Any]]) -> Check:
 def check_schedules(conn: psycopg.Connection[dict[str, Any]], margin: timedelta = timedelta(minutes=1)) -> list[Check]:
     """Schedules that nobody expands (their next fire time passed with no occurrence filed) or that cannot be."""
     rows = conn.execute(
-        """
-        SELECT s.name, s.shard, s.last_error,
-               s.last_error IS NULL AND (s.expanded_until IS NULL OR s.expanded_until < now() - %(margin)s)
-                   AND s.created_at < now() - %(margin)s AS stale,
-               l.owner IS NOT NULL AND l.expires_at > now() AS held, l.owner
-        FROM pgsched.schedules s
-        JOIN pgsched.shard_leases l ON l.shard = s.shard
-        WHERE s.enabled OR s.last_error IS NOT NULL
-        ORDER BY s.name
-        """,
+        queries.DOCTOR_SCHEDULES,
         {"margin": margin},
     ).fetchall()
     if not rows:
@@ -363,37 +312,15 @@ def check_schedules(conn: psycopg.Connection[dict[str, Any]], margin: timedelta 
     return checks
 
 
-# Events read_events cannot hand out yet: filed by transactions at or after the oldest one in flight.
-_HELD_EVENTS = """
-SELECT count(*) AS held, now() - min(h.finished_at) AS behind
-FROM pgsched.job_history h
-WHERE h.finished_xid >= pg_snapshot_xmin(pg_current_snapshot())
-"""
-# The oldest transaction in flight with an id: the session (or prepared transaction) the stream waits for.
-_OLDEST_XID = """
-SELECT * FROM (
-    SELECT pid, usename AS "user", application_name, state, now() - xact_start AS xact_age,
-           age(backend_xid) AS xid_age, left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query, NULL AS gid
-    FROM pg_stat_activity
-    WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
-    UNION ALL
-    SELECT NULL, owner::text, NULL, 'prepared', now() - prepared, age(transaction), NULL, gid
-    FROM pg_prepared_xacts
-) t
-ORDER BY xid_age DESC
-LIMIT 1
-"""
-
-
 def check_event_stream(conn: psycopg.Connection[dict[str, Any]], limits: Limits) -> Check:
     """How far read_events (`pgsched events`, event hooks) is held back, and by whom: any session holding a
     transaction id open stalls the stream for every reader until it ends (docs/events.md)."""
-    held = conn.execute(_HELD_EVENTS).fetchone()
+    held = conn.execute(queries.DOCTOR_HELD_EVENTS).fetchone()
     assert held is not None
     count, behind = int(held["held"]), _seconds(held["behind"])
     if count == 0:
         return Check("event stream", OK, "no event waits for an open transaction")
-    holder = conn.execute(_OLDEST_XID).fetchone()
+    holder = conn.execute(queries.DOCTOR_OLDEST_XID).fetchone()
     if holder is None:  # it ended between the two queries
         return Check("event stream", OK, f"{count} events were waiting; their transactions have ended")
     who = (
@@ -410,7 +337,7 @@ def check_event_stream(conn: psycopg.Connection[dict[str, Any]], limits: Limits)
 
 
 def check_notify_queue(conn: psycopg.Connection[dict[str, Any]]) -> Check:
-    row = conn.execute("SELECT pg_notification_queue_usage() AS usage").fetchone()
+    row = conn.execute(queries.DOCTOR_NOTIFY_QUEUE).fetchone()
     assert row is not None
     usage = float(row["usage"])
     status = FAIL if usage > 0.5 else WARN if usage > 0.1 else OK

@@ -23,27 +23,7 @@ from pgsched.cli.common import (
 from pgsched.cli.jobs import Conn, find_job
 from pgsched.core.limits import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN
 from pgsched.core.policies import ConflictPolicy, DependencyPolicy, KeyScope, values
-
-# Each value cast to the parameter's type: a bad value is refused as such,
-# never as a missing function.
-ENQUEUE = """
-SELECT pgsched.enqueue(
-    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
-    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
-    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
-    labels => %(labels)s::text[], tenant => %(tenant)s::text,
-    depends_on => %(depends_on)s::bigint[], on_dependency_failure => %(on_failure)s::text,
-    on_conflict => %(on_conflict)s::text, key_scope => %(key_scope)s::text) AS id
-"""
-
-ENQUEUE_SERVICE = """
-SELECT pgsched.enqueue_service(
-    task => %(task)s::text, args => %(args)s::jsonb, queue => %(queue)s::text,
-    run_at => coalesce(%(run_at)s::timestamptz, pg_catalog.now() + %(delay)s::interval),
-    priority => %(priority)s::integer, idempotency_key => %(key)s::text, max_attempts => %(max_attempts)s::integer,
-    labels => %(labels)s::text[], tenant => %(tenant)s::text,
-    memory_limit => %(memory_limit)s::integer, cpu_limit => %(cpu_limit)s::real) AS id
-"""
+from pgsched.db import queries
 
 
 def _read_args(args_json: str | None) -> dict[str, Any]:
@@ -208,7 +188,7 @@ def enqueue(
     with state(ctx).connect() as conn:
         if not force:
             _check_task_name(conn, task)
-        row = conn.execute(ENQUEUE_SERVICE if service else ENQUEUE, params).fetchone()
+        row = conn.execute(queries.ENQUEUE_SERVICE_NAMED if service else queries.ENQUEUE_NAMED, params).fetchone()
         assert row is not None
         job_id = int(row["id"])
         if as_json:

@@ -15,13 +15,7 @@ import click
 from pgsched.api.events import EventFollower, EventHooks, current_position, read_events
 from pgsched.cli.common import handle_errors, printable, state
 from pgsched.core.event import STATES, Event
-
-# The oldest of the last `limit` positions filed.
-_LAST_POSITIONS = """
-SELECT coalesce(min(t.x), 0) AS pos
-FROM (SELECT h.finished_xid::text::bigint AS x FROM pgsched.job_history h
-      WHERE h.finished_xid IS NOT NULL ORDER BY h.finished_xid DESC LIMIT %s) t
-"""
+from pgsched.db import queries
 
 
 def _line(event: Event) -> str:
@@ -165,7 +159,7 @@ def events(
 
 def _start_of_last(conn: Any, limit: int) -> int:
     """A position from which reading gives at least the last `limit` events (0 when there are fewer)."""
-    row = conn.execute(_LAST_POSITIONS, [limit]).fetchone()
+    row = conn.execute(queries.LAST_POSITIONS, [limit]).fetchone()
     start = int(row["pos"]) - 1 if row and row["pos"] else 0
     horizon = current_position(conn)
     return min(start, horizon)

@@ -24,85 +24,11 @@ from pgsched.cli.common import (
     state,
 )
 from pgsched.core.job import ACTIVE_STATES, TERMINAL_STATES
+from pgsched.db import queries
 
 Conn = psycopg.Connection[dict[str, Any]]
 
 STATES = (*ACTIVE_STATES, *TERMINAL_STATES)
-
-# One row per job, newest id first: the active row when there is one, else
-# the latest history row (a redriven job has several). Both halves walk their
-# id indexes backwards and stop at the limit; the one-time filters on the
-# states skip a table that cannot hold the states asked for.
-LIST_JOBS = """
-WITH active AS (
-    SELECT j.id, j.queue, j.task, j.state::text AS state, j.attempt, j.max_attempts, j.run_at,
-           j.leased_by AS worker, j.last_error AS error, j.created_at, NULL::timestamptz AS finished_at, j.service,
-           -- a service's uptime: since its current run started
-           CASE WHEN j.service AND j.state = 'running' THEN pg_catalog.now() - coalesce(j.started_at, j.claimed_at)
-           END AS uptime
-    FROM pgsched.jobs j
-    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['scheduled', 'waiting', 'available', 'running'])
-      AND (NOT %(services)s OR j.service)
-      AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]::pgsched.job_state[]))
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-    ORDER BY j.id DESC
-    LIMIT %(limit)s
-), finished AS (
-    SELECT h.id, h.queue, h.task, h.state::text AS state, h.attempt, h.max_attempts, h.run_at,
-           h.leased_by AS worker, h.error, h.created_at, h.finished_at, h.service, NULL::interval AS uptime
-    FROM pgsched.job_history h
-    WHERE (%(states)s::text[] IS NULL OR %(states)s::text[] && ARRAY['completed', 'dead', 'cancelled'])
-      AND (NOT %(services)s OR h.service)
-      AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]::pgsched.job_state[]))
-      AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
-      AND (%(task)s::text IS NULL OR h.task = %(task)s::text)
-      AND NOT EXISTS (SELECT 1 FROM pgsched.jobs j WHERE j.id = h.id)
-      AND NOT EXISTS (
-          SELECT 1 FROM pgsched.job_history h2 WHERE h2.id = h.id AND h2.finished_at > h.finished_at)
-    ORDER BY h.id DESC
-    LIMIT %(limit)s
-)
-SELECT * FROM active
-UNION ALL
-SELECT * FROM finished
-ORDER BY id DESC
-LIMIT %(limit)s
-"""
-
-# The job wherever it is: its active row, else its latest history row.
-SHOW_JOB = """
-SELECT * FROM (
-    SELECT 'jobs' AS "table", j.id, j.state::text AS state, j.queue, j.task, j.args, j.priority, j.run_at,
-           j.attempt, j.max_attempts, j.leased_by AS worker, j.lease_token, j.lease_expires_at,
-           j.cancel_requested_at, j.idempotency_key, j.labels, j.tenant, j.shard, j.created_at,
-           j.started_at, NULL::timestamptz AS finished_at, NULL::jsonb AS result, j.last_error AS error, j.service,
-           j.progress, j.progress_note, j.progress_at, j.steps
-    FROM pgsched.jobs j
-    WHERE j.id = %(id)s
-    UNION ALL
-    (SELECT 'job_history', h.id, h.state::text, h.queue, h.task, h.args, h.priority, h.run_at,
-            h.attempt, h.max_attempts, h.leased_by, h.lease_token, NULL, NULL, h.idempotency_key,
-            h.labels, h.tenant, h.shard, h.created_at, h.started_at, h.finished_at, h.result, h.error, h.service,
-            h.progress, h.progress_note, h.progress_at, h.steps
-     FROM pgsched.job_history h
-     WHERE h.id = %(id)s
-     ORDER BY h.finished_at DESC
-     LIMIT 1)
-) found
-ORDER BY ("table" = 'jobs') DESC
-LIMIT 1
-"""
-
-JOB_EVENTS = """
-SELECT e.at, e.kind, e.attempt, e.worker, e.token, e.detail
-FROM pgsched.job_timeline e
-WHERE e.job_id = %s
-"""
-
-CANCEL_ONE = "SELECT pgsched.cancel(%s::bigint) AS result"
-
-RETRY_ONE = "SELECT pgsched.retry(%s::bigint) AS result"
 
 JOB_COLUMNS = ("id", "queue", "task", "state", "attempts", "run_at", "worker", "error")
 SERVICE_COLUMNS = ("id", "queue", "task", "state", "uptime", "attempts", "worker", "error")
@@ -116,7 +42,7 @@ REFUSED = frozenset({"not_found", "not_retryable", "busy"})
 
 
 def find_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
-    return conn.execute(SHOW_JOB, {"id": job_id}).fetchone()
+    return conn.execute(queries.SHOW_JOB, {"id": job_id}).fetchone()
 
 
 def summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +107,7 @@ def list_jobs(
     """
     params = {"states": list(states) or None, "queue": queue, "task": task, "limit": limit, "services": services}
     with state(ctx).connect() as conn:
-        rows = [summary(r) for r in conn.execute(LIST_JOBS, params).fetchall()]
+        rows = [summary(r) for r in conn.execute(queries.LIST_JOBS, params).fetchall()]
     if as_json:
         emit_json([_json_row(r) for r in rows])
     elif rows:
@@ -201,7 +127,7 @@ def show_job(ctx: click.Context, job_id: int, as_json: bool) -> None:
         job = find_job(conn, job_id)
         if job is None:
             fail(f"job {job_id} not found (finished jobs are kept for the history retention only)")
-        events = conn.execute(JOB_EVENTS, [job_id]).fetchall()
+        events = conn.execute(queries.JOB_TIMELINE, {"id": job_id}).fetchall()
     if as_json:
         emit_json({"job": job, "events": events})
         return
@@ -335,7 +261,7 @@ def cancel_jobs(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
     not_found           no such job (exit status 1)
     """
     with state(ctx).connect() as conn:
-        results = run_each(conn, CANCEL_ONE, job_ids)
+        results = run_each(conn, queries.CANCEL_JOB, job_ids)
     report_results(results, as_json)
 
 
@@ -354,7 +280,7 @@ def retry_jobs(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> N
     not_found       no such job (exit status 1)
     """
     with state(ctx).connect() as conn:
-        results = run_each(conn, RETRY_ONE, job_ids)
+        results = run_each(conn, queries.RETRY_JOB, job_ids)
     report_results(results, as_json)
 
 

@@ -13,8 +13,9 @@ from pgsched.cli.common import (
     parse_duration,
     state,
 )
-from pgsched.cli.stats import NOW_HEADINGS, QUEUE_STATS, table_cells
+from pgsched.cli.stats import NOW_HEADINGS, table_cells
 from pgsched.core.limits import QUEUE_CONCURRENCY_MAX
+from pgsched.db import queries
 
 PAUSE = "SELECT pgsched.pause_queue(%s) AS paused"
 RESUME = "SELECT pgsched.resume_queue(%s) AS was_paused"
@@ -32,10 +33,9 @@ def queues() -> None:
 def list_queues(ctx: click.Context, as_json: bool) -> None:
     """List queues that hold jobs, finished some in the last 5 minutes, or were paused."""
     from pgsched.api.dispatch import describe
-    from pgsched.db import queries
 
     with state(ctx).connect() as conn:
-        rows = conn.execute(QUEUE_STATS).fetchall()
+        rows = conn.execute(queries.QUEUE_STATS).fetchall()
         policies = {p["queue"]: p for p in conn.execute(queries.QUEUE_POLICIES).fetchall()}
     for name in policies.keys() - {r["queue"] for r in rows}:
         rows.append({"queue": name})  # configured, nothing queued yet
@@ -65,8 +65,6 @@ def pause_queue(ctx: click.Context, name: str, as_json: bool, force: bool) -> No
     A name no job, task, schedule, worker or queue setting uses is refused
     (a typo would pause nothing) unless --force is given.
     """
-    from pgsched.db import queries
-
     with state(ctx).connect() as conn:
         row = conn.execute(queries.IS_KNOWN_QUEUE, {"q": name}).fetchone()
         if not force and not (row and row["known"]):

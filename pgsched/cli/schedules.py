@@ -12,6 +12,7 @@ import click
 from pgsched.cli.common import emit_json, emit_table, handle_errors, state
 from pgsched.core.limits import MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, MISFIRE_CAP_MAX
 from pgsched.core.policies import ConcurrencyPolicy, GapPolicy, MisfirePolicy, OverlapPolicy, values
+from pgsched.db import queries
 
 
 @click.group()
@@ -98,10 +99,7 @@ def add(
         raise click.BadParameter("must be a JSON object", param_hint="ARGS_JSON")
     with state(ctx).connect() as conn:
         row = conn.execute(
-            "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s::jsonb,"
-            " timezone => %s, queue => %s, priority => %s, max_attempts => %s, gap_policy => %s,"
-            " overlap_policy => %s, misfire_policy => %s, misfire_cap => %s, concurrency => %s,"
-            " enabled => %s, labels => %s::text[], tenant => %s, source => 'cli') AS version",
+            queries.UPSERT_SCHEDULE_CLI,
             (
                 name,
                 cron,
@@ -135,7 +133,7 @@ def add(
 def list_(ctx: click.Context, as_json: bool) -> None:
     """List schedules with their next occurrence and last outcome."""
     with state(ctx).connect() as conn:
-        rows = conn.execute("SELECT * FROM pgsched.schedule_status ORDER BY name").fetchall()
+        rows = conn.execute(queries.SCHEDULE_STATUS).fetchall()
     if as_json:
         emit_json(rows)
         return
@@ -263,7 +261,7 @@ def _lookup(ctx: click.Context, name: str) -> dict[str, Any] | None:
     if " " in name.strip() or name.startswith("@"):
         return None
     with state(ctx).connect() as conn:
-        return conn.execute("SELECT * FROM pgsched.schedules WHERE name = %s", (name,)).fetchone()
+        return conn.execute(queries.SCHEDULE, (name,)).fetchone()
 
 
 def _preview_rows(

@@ -32,33 +32,6 @@ if TYPE_CHECKING:
 
 Conn = psycopg.Connection[dict[str, Any]]
 
-QUEUE_STATS = "SELECT * FROM pgsched.queue_stats ORDER BY queue"
-
-# Per queue over a window, from the per-minute rollup (pgsched.queue_history).
-QUEUE_HISTORY = """
-SELECT h.queue,
-       pg_catalog.sum(h.completed)::bigint AS completed, pg_catalog.sum(h.failed)::bigint AS failed,
-       pg_catalog.sum(h.dead)::bigint AS dead, pg_catalog.sum(h.cancelled)::bigint AS cancelled,
-       pg_catalog.sum(h.retried)::bigint AS retried, pg_catalog.sum(h.expired)::bigint AS expired,
-       round(pg_catalog.sum(h.completed) / (EXTRACT(EPOCH FROM %(since)s::interval) / 60), 2)::double precision
-           AS completed_per_min,
-       pg_catalog.max(h.lag_p95_s) AS lag_p95_max_s, pg_catalog.max(h.run_p95_s) AS run_p95_max_s,
-       pg_catalog.max(h.available)::bigint AS available_max,
-       pg_catalog.min(h.minute) AS first_minute, pg_catalog.max(h.minute) AS last_minute
-FROM pgsched.queue_history h
-WHERE h.minute >= pg_catalog.now() - %(since)s::interval
-GROUP BY h.queue
-ORDER BY h.queue
-"""
-
-WORKERS = """
-SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.running, w.claimed, w.started_at, w.last_seen,
-       w.seen_s_ago, w.version
-FROM pgsched.workers_live w
-ORDER BY w.name
-"""
-
-
 # Table headings for queue_stats columns, in display order: depth now, then the last 5 minutes.
 NOW_HEADINGS = {
     "queue": "queue",
@@ -124,15 +97,15 @@ def snapshot(conn: Conn, since: timedelta | None = None, *, replica: bool = Fals
 
     snap = {
         "at": datetime.now().astimezone(),
-        "queues": conn.execute(QUEUE_STATS).fetchall(),
-        "workers": conn.execute(WORKERS).fetchall(),
+        "queues": conn.execute(queries.QUEUE_STATS).fetchall(),
+        "workers": conn.execute(queries.WORKERS_LIVE).fetchall(),
         "policies": conn.execute(queries.QUEUE_POLICIES).fetchall(),
         "unserved_labels": conn.execute(queries.UNSERVED_LABELS).fetchall(),
         "unserved_tasks": conn.execute(queries.UNSERVED_TASKS).fetchall(),
     }
     if since is not None:
         snap["since_s"] = since.total_seconds()
-        snap["history"] = conn.execute(QUEUE_HISTORY, {"since": since}).fetchall()
+        snap["history"] = conn.execute(queries.QUEUE_TOTALS, {"since": since}).fetchall()
     if replica:
         snap["replica"] = replica_state(conn)
     return snap

@@ -10,11 +10,10 @@ import click
 import psycopg
 
 from pgsched.cli.common import emit_json, handle_errors, state
+from pgsched.db import queries
 
 # How alike two names must be (difflib's ratio) for one to be offered as the other.
 CLOSE = 0.8
-
-_REGISTERED = "SELECT name FROM pgsched.tasks ORDER BY name"
 
 
 def close_tasks(conn: psycopg.Connection[Any], name: str) -> list[str]:
@@ -23,7 +22,7 @@ def close_tasks(conn: psycopg.Connection[Any], name: str) -> list[str]:
     A login that may not read pgsched.tasks gets [] (no check rather than a refused enqueue)."""
     try:
         with conn.transaction():
-            rows = conn.execute(_REGISTERED).fetchall()
+            rows = conn.execute(queries.TASK_NAMES).fetchall()
     except psycopg.errors.InsufficientPrivilege:
         return []
     names = [str(row["name"]) for row in rows]

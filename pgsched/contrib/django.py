@@ -154,7 +154,7 @@ class PgschedBackend(BaseTaskBackend):
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(f"{result_id!r} is not a pgsched job id") from None
-        rows = self.app._run(self._connection(), queries.TASK_RESULT, (job_id, job_id))
+        rows = self.app._run(self._connection(), queries.TASK_RESULT, (job_id,))
         if not rows:
             raise TaskResultDoesNotExist(f"job {job_id} is not visible: not committed, rolled back, or pruned")
         state, name, args_text, attempt, worker, created_at, started_at, finished_at, value, error = rows[0]

@@ -15,7 +15,8 @@ from psycopg.rows import tuple_row
 from pgsched.core.event import CHANNEL, parse_payload
 from pgsched.core.job import JobState
 from pgsched.db import queries
-from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout, from_psycopg
+from pgsched.db.translate import translated
+from pgsched.errors import JobDead, JobNotFound, JobWasCancelled, ResultTimeout
 
 
 class JobSource(Protocol):
@@ -83,7 +84,7 @@ class JobHandle(int):
 
     def status(self, conn: psycopg.Connection[Any] | None = None) -> JobStatus:
         """The job's state, attempt, and (once finished) result or error; raises JobNotFound."""
-        rows = self.app._run(conn, queries.JOB_STATUS, (self.id, self.id))
+        rows = self.app._run(conn, queries.JOB_STATUS, (self.id,))
         return self._status_from(rows)
 
     def state(self, conn: psycopg.Connection[Any] | None = None) -> JobState:
@@ -91,7 +92,7 @@ class JobHandle(int):
 
     def progress(self, conn: psycopg.Connection[Any] | None = None) -> Progress | None:
         """The job's last progress report (kept when it finished too), or None if it made none; raises JobNotFound."""
-        rows = self.app._run(conn, queries.JOB_PROGRESS, (self.id, self.id))
+        rows = self.app._run(conn, queries.JOB_PROGRESS, (self.id,))
         if not rows:
             self._status_from(rows)  # raises JobNotFound
         fraction, note, at, _steps = rows[0]
@@ -141,34 +142,31 @@ class JobHandle(int):
         yet). Holds a connection of its own while it waits.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            with psycopg.connect(self.app.dsn, autocommit=True) as conn:
-                conn.execute(f"LISTEN {CHANNEL}")
-                while True:
-                    with conn.cursor(row_factory=tuple_row) as cur:
-                        status = self._status_from(cur.execute(queries.JOB_STATUS, (self.id, self.id)).fetchall())
-                    if status.finished:
-                        return self._outcome(status)
-                    left = poll_interval if deadline is None else deadline - time.monotonic()
-                    if left <= 0:
-                        raise self._timeout(timeout, status)
-                    for note in conn.notifies(timeout=min(poll_interval, left)):
-                        event = parse_payload(note.payload)
-                        if event is not None and event.id == self.id:
-                            break
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        with translated(), psycopg.connect(self.app.dsn, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            while True:
+                with conn.cursor(row_factory=tuple_row) as cur:
+                    status = self._status_from(cur.execute(queries.JOB_STATUS, (self.id,)).fetchall())
+                if status.finished:
+                    return self._outcome(status)
+                left = poll_interval if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timeout(timeout, status)
+                for note in conn.notifies(timeout=min(poll_interval, left)):
+                    event = parse_payload(note.payload)
+                    if event is not None and event.id == self.id:
+                        break
 
     async def wait_async(self, timeout: float | None = None, *, poll_interval: float = 5.0) -> Any:
         """``wait()`` for asyncio code: the same result and errors, on an async connection of its own."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        try:
+        with translated():
             async with await psycopg.AsyncConnection.connect(self.app.dsn, autocommit=True) as conn:
                 await conn.execute(f"LISTEN {CHANNEL}")
                 while True:
                     async with conn.cursor(row_factory=tuple_row) as cur:
-                        await cur.execute(queries.JOB_STATUS, (self.id, self.id))
+                        await cur.execute(queries.JOB_STATUS, (self.id,))
                         status = self._status_from(await cur.fetchall())
                     if status.finished:
                         return self._outcome(status)
@@ -179,5 +177,3 @@ class JobHandle(int):
                         event = parse_payload(note.payload)
                         if event is not None and event.id == self.id:
                             break
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc

@@ -17,7 +17,9 @@ from pgsched.core.handle import JobHandle
 from pgsched.core.limits import TASK_NAME
 from pgsched.core.policies import ConcurrencyPolicy, GapPolicy, MisfirePolicy, OverlapPolicy, values
 from pgsched.core.task import JobSpec, Task, check_max_attempts, check_resource_limits
-from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered, from_psycopg
+from pgsched.db import queries
+from pgsched.db.translate import translated
+from pgsched.errors import TaskAlreadyRegistered, TaskNotRegistered
 
 P = ParamSpec("P")
 # App.cron()'s policy parameters and the enum each one's value must belong to.
@@ -59,14 +61,6 @@ def _default_task_name(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{func.__qualname__.replace('<locals>.', '')}"
 
 
-UPSERT_SCHEDULE = (
-    "SELECT pgsched.upsert_schedule(name => %s, cron => %s, task => %s, args => %s, timezone => %s,"
-    " queue => %s, priority => %s, max_attempts => %s, gap_policy => %s, overlap_policy => %s,"
-    " misfire_policy => %s, misfire_cap => %s, misfire_grace => %s, concurrency => %s,"
-    " enabled => %s, horizon => %s, source => 'code')"
-)
-
-
 def schedule_params(spec: ScheduleSpec) -> tuple[Any, ...]:
     """pgsched.upsert_schedule's parameters for a schedule defined in code."""
     return (
@@ -92,13 +86,11 @@ def schedule_params(spec: ScheduleSpec) -> tuple[Any, ...]:
 def sync_schedules(conn: psycopg.Connection[Any], schedules: Iterable[ScheduleSpec]) -> int:
     """Write the schedules defined in code into pgsched.schedules on ``conn``; returns how many."""
     count = 0
-    try:
+    with translated():
         for spec in schedules:
             with conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(UPSERT_SCHEDULE, schedule_params(spec)).fetchall()
+                cur.execute(queries.UPSERT_SCHEDULE, schedule_params(spec)).fetchall()
             count += 1
-    except psycopg.Error as exc:
-        raise from_psycopg(exc) from exc
     return count
 
 

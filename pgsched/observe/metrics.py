@@ -26,7 +26,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from pgsched.db import queries
 from pgsched.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -55,52 +56,12 @@ JOB_BUCKETS: Final = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 )  # fmt: skip
 
-# One row per queue that has jobs, recent finished work, a pgsched.queues row, or dead letters.
-# The dashboard's pages show every column; the metrics use the gauges only (windows and quantiles
-# are PromQL's to compute from the workers' counters and histograms).
-QUEUES_SQL: Final[LiteralString] = """
-SELECT coalesce(s.queue, d.queue) AS queue,
-       coalesce(s.paused, false) AS paused,
-       coalesce(s.scheduled, 0) AS scheduled, coalesce(s.waiting, 0) AS waiting, coalesce(s.available, 0) AS available,
-       coalesce(s.running, 0) AS running, coalesce(s.claimed, 0) AS claimed, coalesce(s.retrying, 0) AS retrying,
-       coalesce(s.lease_expired, 0) AS lease_expired, coalesce(s.oldest_due_age_s, 0) AS oldest_due_age_s,
-       coalesce(s.completed_5m, 0) AS completed_5m, coalesce(s.dead_5m, 0) AS dead_5m,
-       coalesce(s.cancelled_5m, 0) AS cancelled_5m, coalesce(s.completed_per_s, 0) AS completed_per_s,
-       s.lag_p50_s, s.lag_p95_s, s.lag_p99_s,
-       coalesce(d.dead_letters, 0) AS dead_letters
-FROM pgsched.queue_stats s
-FULL JOIN (SELECT l.queue, pg_catalog.count(*) AS dead_letters FROM pgsched.dead_letters l GROUP BY l.queue) d
-    ON d.queue = s.queue
-ORDER BY 1
-"""
-WORKERS_LIVE_SQL: Final[LiteralString] = "SELECT pg_catalog.count(*) AS n FROM pgsched.workers_live"
-# The oldest holder of the xmin horizon, if any: a snapshot or, idle in a transaction that wrote, an xid.
-HORIZON_SQL: Final[LiteralString] = """
-SELECT holder, pid, horizon::text AS horizon, xid_age, age_s, state, application_name
-FROM pgsched.xmin_horizon()
-LIMIT 1
-"""
-# Dead and live row versions per pgsched table, a partitioned table's partitions summed into one row
-# (each partition may stay under a threshold while the table holds hundreds of thousands), most dead first.
-DEAD_TUPLES_SQL: Final[LiteralString] = """
-SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) AS "table",
-       pg_catalog.sum(s.n_dead_tup)::bigint AS dead, pg_catalog.sum(s.n_live_tup)::bigint AS live,
-       pg_catalog.count(*) FILTER (WHERE s.relid <> c.oid)::integer AS partitions,
-       pg_catalog.max(greatest(s.last_vacuum, s.last_autovacuum)) AS last_vacuum
-FROM pg_catalog.pg_stat_all_tables s
-JOIN pg_catalog.pg_class c ON c.oid = coalesce(pg_catalog.pg_partition_root(s.relid), s.relid)
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE s.schemaname = 'pgsched'
-GROUP BY n.nspname, c.relname
-ORDER BY dead DESC, 1
-"""
-SNAPSHOT_SQL: Final[LiteralString] = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-
 
 @dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """Per-queue rows (see QUEUES_SQL), the number of live workers, the oldest holder of the xmin horizon
-    (HORIZON_SQL; None: nothing holds it) and dead rows per table (DEAD_TUPLES_SQL), read in one transaction."""
+    """Per-queue rows (the named query snapshot_queues), the number of live workers, the oldest holder of the
+    xmin horizon (xmin_holder; None: nothing holds it) and dead rows per table (dead_tuples), read in one
+    transaction."""
 
     queues: list[dict[str, Any]]
     workers_live: int
@@ -111,22 +72,22 @@ class QueueSnapshot:
 def read_snapshot(conn: psycopg.Connection[Any]) -> QueueSnapshot:
     """Read a QueueSnapshot now, in one repeatable-read, read-only transaction."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(SNAPSHOT_SQL)
-        queues = cur.execute(QUEUES_SQL).fetchall()
-        row = cur.execute(WORKERS_LIVE_SQL).fetchone()
-        horizon = cur.execute(HORIZON_SQL).fetchone()
-        dead = cur.execute(DEAD_TUPLES_SQL).fetchall()
+        cur.execute(queries.READ_ONLY_SNAPSHOT)
+        queues = cur.execute(queries.SNAPSHOT_QUEUES).fetchall()
+        row = cur.execute(queries.WORKERS_LIVE_COUNT).fetchone()
+        horizon = cur.execute(queries.XMIN_HOLDER).fetchone()
+        dead = cur.execute(queries.DEAD_TUPLES).fetchall()
     return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0, horizon=horizon, dead_tuples=dead)
 
 
 async def read_snapshot_async(conn: psycopg.AsyncConnection[Any]) -> QueueSnapshot:
     """read_snapshot for an asyncio connection."""
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SNAPSHOT_SQL)
-        queues = await (await cur.execute(QUEUES_SQL)).fetchall()
-        row = await (await cur.execute(WORKERS_LIVE_SQL)).fetchone()
-        horizon = await (await cur.execute(HORIZON_SQL)).fetchone()
-        dead = await (await cur.execute(DEAD_TUPLES_SQL)).fetchall()
+        await cur.execute(queries.READ_ONLY_SNAPSHOT)
+        queues = await (await cur.execute(queries.SNAPSHOT_QUEUES)).fetchall()
+        row = await (await cur.execute(queries.WORKERS_LIVE_COUNT)).fetchone()
+        horizon = await (await cur.execute(queries.XMIN_HOLDER)).fetchone()
+        dead = await (await cur.execute(queries.DEAD_TUPLES)).fetchall()
     return QueueSnapshot(queues=queues, workers_live=int(row["n"]) if row else 0, horizon=horizon, dead_tuples=dead)
 
 

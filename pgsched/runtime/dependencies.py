@@ -10,18 +10,15 @@ from psycopg.rows import tuple_row
 
 from pgsched.core.job import Dependency
 from pgsched.db import queries
-from pgsched.errors import from_psycopg
+from pgsched.db.translate import translated
 
 Loader = Callable[[], tuple[Dependency, ...]]
 
 
 def read(conn: psycopg.Connection[Any], job_id: int) -> tuple[Dependency, ...]:
     """The job's dependencies (pgsched.dependency_outcomes), on this connection."""
-    try:
-        with conn.cursor(row_factory=tuple_row) as cur:
-            rows = cur.execute(queries.DEPENDENCY_OUTCOMES, (job_id,)).fetchall()
-    except psycopg.Error as exc:
-        raise from_psycopg(exc) from exc
+    with translated(), conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(queries.DEPENDENCY_OUTCOMES, (job_id,)).fetchall()
     return tuple(Dependency(int(r[0]), str(r[1]), r[2], r[3]) for r in rows)
 
 
@@ -29,11 +26,8 @@ def from_dsn(dsn: str, job_id: int) -> Loader:
     """A loader that opens a short connection of its own when the handler asks (a worker's handlers)."""
 
     def load() -> tuple[Dependency, ...]:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                return read(conn, job_id)
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
+        with translated(), psycopg.connect(dsn, autocommit=True) as conn:
+            return read(conn, job_id)
 
     return load
 

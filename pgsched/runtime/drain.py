@@ -23,7 +23,8 @@ from psycopg.rows import class_row, tuple_row
 from pgsched.core.job import ClaimedJob, JobContext, _current
 from pgsched.core.outcome import Kind, Outcome, from_exception, success
 from pgsched.db import queries
-from pgsched.errors import GiveUp, Retry, Snooze, from_psycopg
+from pgsched.db.translate import translated
+from pgsched.errors import GiveUp, Retry, Snooze
 from pgsched.observe import otel
 from pgsched.runtime import dependencies
 from pgsched.runtime.completer import _RawJson
@@ -76,45 +77,45 @@ def drain(
     offered = list(labels) if labels is not None else sorted({lb for t in app.tasks.values() for lb in t.labels})
     own = conn is None
     db = app.connect() if conn is None else conn
-    try:
-        while result.ran < limit:
-            with db.cursor(row_factory=tuple_row) as cur:
-                cur.execute(queries.PROMOTE_DUE)
-                names = list(queues) if queues is not None else [r[0] for r in cur.execute(_QUEUES).fetchall()]
-            if not names:
-                break
-            with db.cursor(row_factory=class_row(ClaimedJob)) as cur:
-                jobs = cur.execute(
-                    queries.CLAIM,
-                    (worker, names, min(100, limit - result.ran), timedelta(seconds=lease), offered, None),
-                ).fetchall()
-            if not jobs:
-                break
-            for job in jobs:
-                ctx = JobContext(job=job, worker=worker, _load_dependencies=dependencies.on(db, job.id))
-                journal = ConnJournal(db)
-                ctx._journal = journal
-                if otel.ENABLED and otel.live():
-                    with otel.run_span(ctx) as span:
+    with translated():
+        try:
+            while result.ran < limit:
+                with db.cursor(row_factory=tuple_row) as cur:
+                    cur.execute(queries.PROMOTE_DUE)
+                    names = (
+                        list(queues)
+                        if queues is not None
+                        else [r[0] for r in cur.execute(queries.AVAILABLE_QUEUES).fetchall()]
+                    )
+                if not names:
+                    break
+                with db.cursor(row_factory=class_row(ClaimedJob)) as cur:
+                    jobs = cur.execute(
+                        queries.CLAIM,
+                        (worker, names, min(100, limit - result.ran), timedelta(seconds=lease), offered, None),
+                    ).fetchall()
+                if not jobs:
+                    break
+                for job in jobs:
+                    ctx = JobContext(job=job, worker=worker, _load_dependencies=dependencies.on(db, job.id))
+                    journal = ConnJournal(db)
+                    ctx._journal = journal
+                    if otel.ENABLED and otel.live():
+                        with otel.run_span(ctx) as span:
+                            outcome, raised = _run(app.tasks.get(job.task), ctx)
+                            span.end(outcome)
+                    else:
                         outcome, raised = _run(app.tasks.get(job.task), ctx)
-                        span.end(outcome)
-                else:
-                    outcome, raised = _run(app.tasks.get(job.task), ctx)
-                journal.settle(ctx)  # the last progress report, before the row moves to history
-                state = _write(db, outcome)
-                result.job_ids.append(job.id)
-                _count(result, outcome, state)
-                if raise_errors and raised is not None and not isinstance(raised, _STEERING):
-                    raise raised
-    except psycopg.Error as exc:
-        raise from_psycopg(exc) from exc
-    finally:
-        if own:
-            db.close()
+                    journal.settle(ctx)  # the last progress report, before the row moves to history
+                    state = _write(db, outcome)
+                    result.job_ids.append(job.id)
+                    _count(result, outcome, state)
+                    if raise_errors and raised is not None and not isinstance(raised, _STEERING):
+                        raise raised
+        finally:
+            if own:
+                db.close()
     return result
-
-
-_QUEUES = "SELECT DISTINCT queue FROM pgsched.jobs WHERE state = 'available'"
 
 
 def _run(task: Task[Any, Any] | None, ctx: JobContext) -> tuple[Outcome, BaseException | None]:

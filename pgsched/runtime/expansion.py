@@ -31,6 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.core import cron
+from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
 
 log = logging.getLogger(__name__)
@@ -271,7 +272,7 @@ class Expander:
             params = (self.holder, shard, epoch, name, row["version"], json.dumps(decisions), start, until)
             value = self._db.call(
                 lambda c, params=params: c.execute(  # type: ignore[misc]
-                    "SELECT pgsched.add_occurrences(%s, %s, %s, %s, %s, %s, %s, %s)", params
+                    queries.ADD_OCCURRENCES, params
                 ).fetchone()
             )
             created = int(value[0]) if value else 0
@@ -290,7 +291,7 @@ class Expander:
         result.errors += 1
         self._db.call(
             lambda c: c.execute(
-                "SELECT pgsched.schedule_error(%s, %s, %s, %s, %s, %s)",
+                queries.SCHEDULE_ERROR,
                 (self.holder, row["shard"], epoch, row["name"], row["version"], message),
             )
         )
@@ -319,20 +320,7 @@ def _due_schedules(conn: psycopg.Connection[Any], shards: list[int]) -> list[dic
     """Schedules of these shards that need expanding, the most behind first (a busy one cannot keep
     the others waiting); one whose version failed waits for an edit."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(
-            """
-            SELECT name, cron, timezone, enabled, gap_policy, overlap_policy, misfire_policy, misfire_cap,
-                   misfire_grace, horizon, shard, version, expanded_version, expanded_until,
-                   clock_timestamp() AS db_now
-            FROM pgsched.schedules
-            WHERE shard = ANY(%s)
-              AND (expanded_version <> version
-                   OR (enabled AND last_error IS NULL
-                       AND (expanded_until IS NULL OR expanded_until < clock_timestamp() + horizon / 2)))
-            ORDER BY expanded_version <> version DESC, expanded_until NULLS FIRST, name
-            """,
-            (shards,),
-        ).fetchall()
+        return cur.execute(queries.DUE_SCHEDULES, (shards,)).fetchall()
 
 
 # -- in workers ----------------------------------------------------------------------------------
@@ -374,7 +362,7 @@ class ScheduleKeeper:
             self._thread.join(timeout=10)
         if self.epochs:
             try:
-                self._db.get().execute("SELECT pgsched.release_shards(%s)", (self.holder,))
+                self._db.get().execute(queries.RELEASE_SHARDS, (self.holder,))
             except psycopg.Error as exc:
                 log.warning("%s could not give back its shards (%s); they expire with the lease", self.holder, exc)
         self._db.close()
@@ -418,7 +406,7 @@ class ScheduleKeeper:
         self._next_renew = time.monotonic() + self.lease / 3
         rows = self._db.call(
             lambda c: c.execute(
-                "SELECT shard, epoch FROM pgsched.acquire_idle_shards(%s, %s)",
+                queries.ACQUIRE_IDLE_SHARDS,
                 (self.holder, timedelta(seconds=self.lease)),
             ).fetchall()
         )

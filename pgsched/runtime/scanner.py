@@ -187,7 +187,7 @@ class Scanner:
             self._expand(now)
         if now >= self._next_maintain:
             self._next_maintain = now + self.options.maintain_interval
-            self._db.call(lambda c: c.execute("SELECT pgsched.maintain()"))
+            self._db.call(lambda c: c.execute(queries.MAINTAIN))
         if now >= self._next_rollup:
             self._next_rollup = now + self.options.rollup_interval
             self._db.call(lambda c: c.execute(queries.ROLLUP_QUEUE_HISTORY))
@@ -219,7 +219,7 @@ class Scanner:
         lease = timedelta(seconds=self.options.lease)
         rows = self._db.call(
             lambda c: c.execute(
-                "SELECT shard, epoch FROM pgsched.acquire_shards(%s, %s, %s, %s)",
+                queries.ACQUIRE_SHARDS,
                 (self.name, lease, socket.gethostname(), os.getpid()),
             ).fetchall()
         )
@@ -261,11 +261,7 @@ class Scanner:
         if not self._shards:
             return
         shards = self.owned
-        rows = self._db.call(
-            lambda c: c.execute(
-                "SELECT s, pgsched.next_due(s), clock_timestamp() FROM unnest(%s::integer[]) s", (shards,)
-            ).fetchall()
-        )
+        rows = self._db.call(lambda c: c.execute(queries.NEXT_DUE, (shards,)).fetchall())
         now = time.monotonic()
         for shard_no, due, db_now in rows:
             if shard_no in self._shards:
@@ -275,7 +271,7 @@ class Scanner:
         try:
             row = self._db.call(
                 lambda c: c.execute(
-                    "SELECT expired, promoted, next_due, db_now FROM pgsched.scan_shard(%s, %s, %s)",
+                    queries.SCAN_SHARD,
                     (self.name, shard_no, shard.epoch),
                 ).fetchone()
             )
@@ -342,7 +338,7 @@ class Scanner:
             self._vacuumer.close()
         try:
             conn = self._db.get()
-            conn.execute("SELECT pgsched.release_shards(%s)", (self.name,))
+            conn.execute(queries.RELEASE_SHARDS, (self.name,))
             log.info("scanner %s released shards %s", self.name, self.owned)
         except psycopg.Error as exc:
             log.warning("scanner %s could not release its shards (%s); they expire with the lease", self.name, exc)

@@ -37,7 +37,6 @@ from psycopg import sql
 
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
-from pgsched.observe.metrics import HORIZON_SQL
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ class Vacuumer:
         """Vacuum and/or analyze every partition that needs it now; returns those it worked on."""
         conn = self._db.get()
         rows = conn.execute(queries.VACUUM_CANDIDATES, (self._min_dead, self._dead_ratio)).fetchall()
-        holder = conn.execute(HORIZON_SQL).fetchone() if any(r[4] for r in rows) else None
+        holder = conn.execute(queries.XMIN_HOLDER).fetchone() if any(r[4] for r in rows) else None
         horizon: str | None = holder[2] if holder else None
         done: list[str] = []
         pinned: list[str] = []

@@ -53,7 +53,7 @@ def _waiting_for_event(conn: psycopg.Connection[Any]) -> bool:
     """A waiter has looked the job up once and sits in LISTEN (idle after its status query)."""
     row = conn.execute(
         "SELECT count(*) AS n FROM pg_stat_activity WHERE state = 'idle' AND query LIKE %s AND pid <> pg_backend_pid()",
-        ["%FROM pgsched.job_history h WHERE h.id%"],
+        ["%FROM pgsched.job(%"],
     ).fetchone()
     return bool(row and row["n"])
 
