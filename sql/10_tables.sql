@@ -105,6 +105,42 @@ COMMENT ON COLUMN pgsched.jobs.trace_context IS
 COMMENT ON COLUMN pgsched.jobs.started_at IS
     'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 
+-- Due jobs, in claim order: one small row per 'available' job of
+-- pgsched.jobs (its place in the claim order and what a claim filters on),
+-- written and removed in the statements that change the job
+-- (tg_jobs__ready_rows, tg_jobs__ready_row, claim). Claims read this table,
+-- not pgsched.jobs: each claimed job leaves a dead row version here, and
+-- while something pins the xmin horizon no vacuum can remove it. So the
+-- table is a ring of slots (LIST partitions): new rows go to the current
+-- slot (pgsched.ready_ring), the slot changes every second or so, and a slot
+-- whose jobs have all been claimed is emptied whole by TRUNCATE
+-- (pgsched.rotate_ready), horizon or not: a claim reads the dead entries of
+-- the last second or two, not those of every job since the horizon stopped.
+CREATE TABLE pgsched.ready (
+    slot            smallint    NOT NULL,
+    queue           text        NOT NULL,
+    dispatch_group  text        NOT NULL,
+    dispatch_rank   integer     NOT NULL,
+    dispatch_at     timestamptz NOT NULL,
+    id              bigint      NOT NULL,
+    shard           smallint    NOT NULL,
+    priority        integer     NOT NULL,  -- fair queues undo aging with it (_fair_stamp)
+    labels          text[]      NOT NULL,
+    tenant          text,
+    concurrency_key text
+) PARTITION BY LIST (slot);
+COMMENT ON TABLE pgsched.ready IS
+    'Due jobs in claim order, one row per available job of pgsched.jobs; a ring of slots emptied by TRUNCATE (rotate_ready).';
+
+-- Which slot of pgsched.ready takes new rows (the one with closed_at NULL),
+-- and since when each slot has been open or closed (rotate_ready).
+CREATE TABLE pgsched.ready_ring (
+    slot      smallint    NOT NULL PRIMARY KEY,
+    opened_at timestamptz,
+    closed_at timestamptz
+);
+CREATE UNIQUE INDEX ready_ring_current_idx ON pgsched.ready_ring ((true)) WHERE closed_at IS NULL;
+
 CREATE TABLE pgsched.job_history (
     id                  bigint            NOT NULL,
     shard               smallint          NOT NULL,

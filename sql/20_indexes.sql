@@ -2,13 +2,13 @@
 -- claims never read scheduled or running rows, promotion never reads due ones.
 
 -- Claim: due jobs of a queue in dispatch order (priority, or aged priority;
--- by tenant under fairness: see tg_jobs__dispatch).
-CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, dispatch_group, dispatch_rank, dispatch_at, id)
-    WHERE state = 'available';
+-- by tenant under fairness: see tg_jobs__dispatch). In pgsched.ready, the
+-- due jobs' own table (10_tables.sql), not in pgsched.jobs.
+CREATE INDEX ready_claim_idx ON pgsched.ready (queue, dispatch_group, dispatch_rank, dispatch_at, id);
 -- Tenant fairness: a tenant's latest stamp in a fair queue, one probe at
 -- enqueue (see _fair_stamp); only fair queues' due jobs enter it.
-CREATE INDEX jobs_fair_idx ON pgsched.jobs (queue, (coalesce(tenant, '')), dispatch_at)
-    WHERE state = 'available' AND dispatch_group = '*';
+CREATE INDEX ready_fair_idx ON pgsched.ready (queue, (coalesce(tenant, '')), dispatch_at)
+    WHERE dispatch_group = '*';
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
     WHERE state = 'scheduled';
@@ -21,8 +21,8 @@ CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
     WHERE state = 'running';
 -- Due jobs that need labels: what the unserved-labels check reads (unlabelled
 -- jobs never enter it).
-CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
-    WHERE state = 'available' AND labels <> '{}';
+CREATE INDEX ready_labelled_idx ON pgsched.ready (queue, labels)
+    WHERE labels <> '{}';
 
 -- Jobs passed over while no live worker knew their task: what the
 -- unserved-tasks check reads (no other job enters it).

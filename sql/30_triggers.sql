@@ -61,3 +61,29 @@ $$;
 CREATE OR REPLACE TRIGGER tg_jobs__redispatch
     BEFORE UPDATE OF run_at, priority, queue, tenant ON pgsched.jobs
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch();
+
+-- pgsched.ready, the due jobs claims read (10_tables.sql), follows the jobs:
+-- the due rows of each INSERT statement at once, then each job that becomes
+-- due, stops being due or moves in the claim order while due. The claim's
+-- own transition (available to running) is not one of them: claims remove
+-- their jobs' rows in the statement that leases them. Heartbeats, starts and
+-- completions (running rows) fail the WHEN and cost nothing more.
+CREATE OR REPLACE TRIGGER tg_jobs__ready_rows
+    AFTER INSERT ON pgsched.jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgsched.tg_jobs__ready_rows();
+CREATE OR REPLACE TRIGGER tg_jobs__ready_row
+    AFTER UPDATE ON pgsched.jobs
+    FOR EACH ROW
+    WHEN ((OLD.state = 'available' OR NEW.state = 'available') AND NEW.state <> 'running'
+          AND (OLD.state <> NEW.state
+               OR (OLD.queue, OLD.dispatch_group, OLD.dispatch_rank, OLD.dispatch_at, OLD.priority, OLD.labels,
+                   OLD.tenant, OLD.concurrency_key)
+                  IS DISTINCT FROM (NEW.queue, NEW.dispatch_group, NEW.dispatch_rank, NEW.dispatch_at, NEW.priority,
+                                    NEW.labels, NEW.tenant, NEW.concurrency_key)))
+    EXECUTE FUNCTION pgsched.tg_jobs__ready_row();
+CREATE OR REPLACE TRIGGER tg_jobs__ready_gone
+    AFTER DELETE ON pgsched.jobs
+    FOR EACH ROW
+    WHEN (OLD.state = 'available')
+    EXECUTE FUNCTION pgsched.tg_jobs__ready_row();

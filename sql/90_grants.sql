@@ -54,7 +54,7 @@ GRANT EXECUTE ON FUNCTION
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards,
-    pgsched.rollup_queue_history,
+    pgsched.rollup_queue_history, pgsched.rotate_ready,
     -- code-defined schedules (@app.cron) only: see _check_schedule_write
     pgsched.upsert_schedule
     TO pgsched_worker;
@@ -67,7 +67,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.c
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
     pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
     pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history, pgsched.job_dependencies,
-    pgsched.job_timeline
+    pgsched.job_timeline, pgsched.ready
     TO pgsched_worker;
 
 GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many,
@@ -103,6 +103,10 @@ CREATE POLICY jobs_tenant ON pgsched.jobs
            OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
     WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL
                 OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+ALTER TABLE pgsched.ready ENABLE ROW LEVEL SECURITY;
+CREATE POLICY ready_tenant ON pgsched.ready
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
 ALTER TABLE pgsched.job_history ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_history_tenant ON pgsched.job_history
     USING ((SELECT pgsched._tenant_scope()) IS NULL

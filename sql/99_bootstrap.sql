@@ -29,6 +29,22 @@ BEGIN
 END
 $$;
 
+-- The ring of pgsched.ready: eight slots, slot 0 open. Each is emptied by
+-- TRUNCATE once its jobs are claimed (rotate_ready); autovacuum still
+-- visits a slot that a long backlog keeps from being emptied.
+DO $$
+BEGIN
+    FOR s IN 0 .. 7 LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TABLE pgsched.%I PARTITION OF pgsched.ready FOR VALUES IN (%s)',
+            'ready_s' || s, s);
+    END LOOP;
+    INSERT INTO pgsched.ready_ring (slot, opened_at, closed_at)
+    SELECT s, CASE WHEN s = 0 THEN pg_catalog.now() END, CASE WHEN s <> 0 THEN pg_catalog.now() END
+    FROM pg_catalog.generate_series(0, 7) s;
+END
+$$;
+
 CREATE TABLE pgsched.job_history_default PARTITION OF pgsched.job_history DEFAULT;
 CREATE TABLE pgsched.job_events_default PARTITION OF pgsched.job_events DEFAULT;
 CREATE TABLE pgsched.queue_minutes_default PARTITION OF pgsched.queue_minutes DEFAULT;

@@ -77,6 +77,7 @@
 \ir functions/register_worker.sql
 \ir functions/release.sql
 \ir functions/release_shards.sql
+\ir functions/rotate_ready.sql
 \ir functions/remove_schedule.sql
 \ir functions/report_progress.sql
 \ir functions/resume_queue.sql
@@ -92,6 +93,8 @@
 \ir functions/start.sql
 \ir functions/tg_jobs__before_insert.sql
 \ir functions/tg_jobs__dispatch.sql
+\ir functions/tg_jobs__ready_rows.sql
+\ir functions/tg_jobs__ready_row.sql
 \ir functions/tg_schedules__before_write.sql
 \ir functions/unbind_tenant.sql
 \ir functions/unregister_worker.sql

@@ -206,6 +206,42 @@ COMMENT ON COLUMN pgsched.jobs.trace_context IS
 COMMENT ON COLUMN pgsched.jobs.started_at IS
     'When the handler of the current attempt started (pgsched.start()); NULL while claimed and waiting for a slot.';
 
+-- Due jobs, in claim order: one small row per 'available' job of
+-- pgsched.jobs (its place in the claim order and what a claim filters on),
+-- written and removed in the statements that change the job
+-- (tg_jobs__ready_rows, tg_jobs__ready_row, claim). Claims read this table,
+-- not pgsched.jobs: each claimed job leaves a dead row version here, and
+-- while something pins the xmin horizon no vacuum can remove it. So the
+-- table is a ring of slots (LIST partitions): new rows go to the current
+-- slot (pgsched.ready_ring), the slot changes every second or so, and a slot
+-- whose jobs have all been claimed is emptied whole by TRUNCATE
+-- (pgsched.rotate_ready), horizon or not: a claim reads the dead entries of
+-- the last second or two, not those of every job since the horizon stopped.
+CREATE TABLE pgsched.ready (
+    slot            smallint    NOT NULL,
+    queue           text        NOT NULL,
+    dispatch_group  text        NOT NULL,
+    dispatch_rank   integer     NOT NULL,
+    dispatch_at     timestamptz NOT NULL,
+    id              bigint      NOT NULL,
+    shard           smallint    NOT NULL,
+    priority        integer     NOT NULL,  -- fair queues undo aging with it (_fair_stamp)
+    labels          text[]      NOT NULL,
+    tenant          text,
+    concurrency_key text
+) PARTITION BY LIST (slot);
+COMMENT ON TABLE pgsched.ready IS
+    'Due jobs in claim order, one row per available job of pgsched.jobs; a ring of slots emptied by TRUNCATE (rotate_ready).';
+
+-- Which slot of pgsched.ready takes new rows (the one with closed_at NULL),
+-- and since when each slot has been open or closed (rotate_ready).
+CREATE TABLE pgsched.ready_ring (
+    slot      smallint    NOT NULL PRIMARY KEY,
+    opened_at timestamptz,
+    closed_at timestamptz
+);
+CREATE UNIQUE INDEX ready_ring_current_idx ON pgsched.ready_ring ((true)) WHERE closed_at IS NULL;
+
 CREATE TABLE pgsched.job_history (
     id                  bigint            NOT NULL,
     shard               smallint          NOT NULL,
@@ -570,13 +606,13 @@ CREATE INDEX schedule_occurrences_decided_at_idx ON pgsched.schedule_occurrences
 -- claims never read scheduled or running rows, promotion never reads due ones.
 
 -- Claim: due jobs of a queue in dispatch order (priority, or aged priority;
--- by tenant under fairness: see tg_jobs__dispatch).
-CREATE INDEX jobs_claim_idx ON pgsched.jobs (queue, dispatch_group, dispatch_rank, dispatch_at, id)
-    WHERE state = 'available';
+-- by tenant under fairness: see tg_jobs__dispatch). In pgsched.ready, the
+-- due jobs' own table (10_tables.sql), not in pgsched.jobs.
+CREATE INDEX ready_claim_idx ON pgsched.ready (queue, dispatch_group, dispatch_rank, dispatch_at, id);
 -- Tenant fairness: a tenant's latest stamp in a fair queue, one probe at
 -- enqueue (see _fair_stamp); only fair queues' due jobs enter it.
-CREATE INDEX jobs_fair_idx ON pgsched.jobs (queue, (coalesce(tenant, '')), dispatch_at)
-    WHERE state = 'available' AND dispatch_group = '*';
+CREATE INDEX ready_fair_idx ON pgsched.ready (queue, (coalesce(tenant, '')), dispatch_at)
+    WHERE dispatch_group = '*';
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
     WHERE state = 'scheduled';
@@ -589,8 +625,8 @@ CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
     WHERE state = 'running';
 -- Due jobs that need labels: what the unserved-labels check reads (unlabelled
 -- jobs never enter it).
-CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
-    WHERE state = 'available' AND labels <> '{}';
+CREATE INDEX ready_labelled_idx ON pgsched.ready (queue, labels)
+    WHERE labels <> '{}';
 
 -- Jobs passed over while no live worker knew their task: what the
 -- unserved-tasks check reads (no other job enters it).
@@ -1719,7 +1755,7 @@ $$;
 -- here have that taken off again, so virtual time is one clock for all.
 --
 -- The cost is here, at enqueue (two index probes: the head in the claim
--- index, the tenant's latest stamp in jobs_fair_idx), so a claim of a fair
+-- index, the tenant's latest stamp in ready_fair_idx), so a claim of a fair
 -- queue is the plain claim of its index in stamp order and reads only its
 -- batch, whatever the number of tenants. VOLATILE, so each row of a
 -- multi-row INSERT sees the rows before it and the tenant's stamps grow
@@ -1743,15 +1779,15 @@ DECLARE
     v_head timestamptz;
     v_tail timestamptz;
 BEGIN
-    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_head FROM pgsched.jobs j
-    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = '*'
+    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_head FROM pgsched.ready j
+    WHERE j.queue = p_queue AND j.dispatch_group = '*'
     ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
     LIMIT 1;
     IF v_head IS NULL THEN
         RETURN p_at;
     END IF;
-    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_tail FROM pgsched.jobs j
-    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = '*'
+    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_tail FROM pgsched.ready j
+    WHERE j.queue = p_queue AND j.dispatch_group = '*'
       AND coalesce(j.tenant, '') = coalesce(p_tenant, '')
     ORDER BY coalesce(j.tenant, ''), j.dispatch_at DESC
     LIMIT 1;
@@ -1797,8 +1833,8 @@ AS $$
         FROM (SELECT DISTINCT f.queue, f.aging FROM fair f) x
         LEFT JOIN LATERAL (
             SELECT j.dispatch_at + coalesce(j.priority * x.aging, interval '0') AS at
-            FROM pgsched.jobs j
-            WHERE j.state = 'available' AND j.queue = x.queue AND j.dispatch_group = '*'
+            FROM pgsched.ready j
+            WHERE j.queue = x.queue AND j.dispatch_group = '*'
             ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
             LIMIT 1) h ON true
     ), tails AS (
@@ -1806,8 +1842,8 @@ AS $$
         FROM (SELECT DISTINCT f.queue, f.tenant, f.aging, f.step FROM fair f) x
         LEFT JOIN LATERAL (
             SELECT j.dispatch_at + coalesce(j.priority * x.aging, interval '0') AS at
-            FROM pgsched.jobs j
-            WHERE j.state = 'available' AND j.queue = x.queue AND j.dispatch_group = '*'
+            FROM pgsched.ready j
+            WHERE j.queue = x.queue AND j.dispatch_group = '*'
               AND coalesce(j.tenant, '') = x.tenant
             ORDER BY coalesce(j.tenant, ''), j.dispatch_at DESC
             LIMIT 1) t ON true
@@ -2094,13 +2130,10 @@ $$;
 -- leases that have not expired (a SIGKILLed worker's slot frees when its
 -- lease runs out, with nothing to repair); rates count the starts recorded
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
--- As claim() does for a busy worker: the best due priority over all shards,
--- its jobs read one shard at a time from a rotating one (a batch is usually
--- one statement), then what it could not fill in strict order over all
--- shards, so priority holds across shards. Under tenant fairness the index
--- order is the tenants' shares already (_fair_stamp).
--- Per-key limits skip jobs whose key is full, reading at most 1000
--- candidates per shard. Like claim(), it writes no audit event (the row
+-- As claim() does, its due jobs are read from pgsched.ready in strict order
+-- (under tenant fairness the order is the tenants' shares already:
+-- _fair_stamp). Per-key limits skip jobs whose key is full, reading at most
+-- 1000 candidates. Like claim(), it writes no audit event (the row
 -- keeps claimed_at; see pgsched.job_timeline).
 CREATE OR REPLACE FUNCTION pgsched._claim_limited(
     p_worker text,
@@ -2118,7 +2151,7 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
--- One plan per statement, pruned to the shard when it runs (as claim()).
+-- One plan per statement, pruned to the shard when it runs.
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
@@ -2126,7 +2159,6 @@ DECLARE
     v_q pgsched.queues;
     v_k integer := p_n;
     v_keyed boolean;
-    v_off integer;
     v_scan integer;
     v_ids bigint[] := '{}';
     v_shards smallint[] := '{}';
@@ -2135,9 +2167,6 @@ DECLARE
     v_cand record;
     v_shard smallint;
     v_sids bigint[];
-    v_nshards integer;
-    v_group text;
-    v_rank integer;
 BEGIN
     SELECT * INTO v_q FROM pgsched.queues q WHERE q.name = p_queue;
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -2163,66 +2192,25 @@ BEGIN
     v_keyed := v_q.key_concurrency IS NOT NULL OR v_q.key_rate IS NOT NULL;
     v_scan := CASE WHEN v_keyed THEN least(v_k * 10 + 100, 1000) ELSE v_k END;
 
-    -- As claim() does for a busy worker: the best due level (priority)
-    -- over all shards, its jobs shard by shard from a rotating one (the
-    -- batch usually comes from one partition, one statement), then the
-    -- rest in strict order over all shards at once.
-    SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
-    FROM pgsched.jobs j
-    WHERE j.state = 'available' AND j.queue = p_queue
-      AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-      AND (p_scope IS NULL OR j.tenant = p_scope)
-    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-    LIMIT 1;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    SELECT c.shards INTO v_nshards FROM pgsched.config c;
-    SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
-    FROM pgsched.lease_token_seq s;
-    FOR i IN 0 .. v_nshards - 1 LOOP
+    -- Its due jobs in strict order, from pgsched.ready (as claim()).
+    FOR v_cand IN
+        SELECT r.id, r.shard, r.concurrency_key
+        FROM pgsched.ready r
+        WHERE r.queue = p_queue
+          AND (r.labels = '{}' OR r.labels <@ coalesce(p_labels, '{}'))
+          AND (p_scope IS NULL OR r.tenant = p_scope)
+        ORDER BY r.dispatch_group, r.dispatch_rank, r.dispatch_at, r.id
+        LIMIT v_scan
+    LOOP
         EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-        v_shard := ((v_off + i) % v_nshards)::smallint;
-        FOR v_cand IN
-            SELECT j.id, j.shard, j.concurrency_key
-            FROM pgsched.jobs j
-            WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
-              AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
-              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-              AND (p_scope IS NULL OR j.tenant = p_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-            LIMIT v_scan
-        LOOP
-            EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                CONTINUE WHEN v_left <= 0;
-                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-            END IF;
-            v_ids := v_ids || v_cand.id;
-            v_shards := v_shards || v_cand.shard;
-        END LOOP;
+        IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+            v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+            CONTINUE WHEN v_left <= 0;
+            v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+        END IF;
+        v_ids := v_ids || v_cand.id;
+        v_shards := v_shards || v_cand.shard;
     END LOOP;
-    IF pg_catalog.cardinality(v_ids) < v_k THEN
-        FOR v_cand IN
-            SELECT j.id, j.shard, j.concurrency_key
-            FROM pgsched.jobs j
-            WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
-              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-              AND (p_scope IS NULL OR j.tenant = p_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-            LIMIT v_scan
-        LOOP
-            EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                CONTINUE WHEN v_left <= 0;
-                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-            END IF;
-            v_ids := v_ids || v_cand.id;
-            v_shards := v_shards || v_cand.shard;
-        END LOOP;
-    END IF;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
@@ -2248,6 +2236,12 @@ BEGIN
                 started_at = NULL
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
             RETURNING j.*
+        ), taken AS (
+            -- Their due rows leave pgsched.ready (found by their claim-order key).
+            DELETE FROM pgsched.ready r
+            USING leased l
+            WHERE r.queue = l.queue AND r.dispatch_group = l.dispatch_group AND r.dispatch_rank = l.dispatch_rank
+              AND r.dispatch_at = l.dispatch_at AND r.id = l.id
         ), started AS (
             -- The window keeps the starts inside the period, oldest first.
             INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
@@ -3082,30 +3076,24 @@ $$;
 -- contract: leases up to n due jobs of `queues` (skipping paused queues, and
 -- jobs whose labels the worker does not all offer) to `worker` for `lease`.
 -- Each claimed job gets a new fencing token, larger than any before, and its
--- attempt incremented. A job is never leased twice at once: rows are locked
--- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+-- attempt incremented. A job is never leased twice at once: its row in
+-- pgsched.jobs is locked with SKIP LOCKED and re-checked as 'available' by
+-- the statement that leases it.
 -- The claim writes no audit event: the job's row keeps claimed_at, and an
 -- attempt that ends other than completed records its claim then (see
 -- pgsched.job_timeline).
 --
--- Priority is strict across shards (docs/dispatch.md): a busy worker
--- (start_shard given; workers rotate it) first finds the best due level (its
--- dispatch group and rank, i.e. priority) with one merge of every shard's
--- index head, then claims jobs of that level shard by shard from
--- start_shard, one statement each, so concurrent claimers of tied jobs
--- spread over partitions instead of fighting for the same rows; within a
--- shard that is one index scan in dispatch order (priority DESC, run_at, id;
--- or aged priority, see tg_jobs__dispatch) that stops after n rows, whatever
--- the backlog. What the level cannot fill is claimed by one statement over
--- all shards at once (a merge of every shard's index, strict order). Queues
--- take turns by the same rotation.
+-- Priority is strict (docs/dispatch.md): a queue's due jobs are read from
+-- pgsched.ready, the due jobs' own ring of slots, in dispatch order
+-- (priority DESC, run_at, id; or aged priority, see tg_jobs__dispatch) by one
+-- index scan per slot, merged, that stops after n jobs whatever the backlog
+-- and whatever the dead entries of jobs claimed before (a slot is emptied
+-- whole once its jobs are claimed: rotate_ready). Queues take turns:
+-- start_shard, which busy workers rotate, picks the queue read first.
 --
 -- A queue with limits (concurrency or rate) is claimed by _claim_limited,
 -- one claimer at a time. Tenant fairness needs no path of its own: its
 -- shares are in the stamps the index is ordered by (_fair_stamp).
---
--- With start_shard NULL, each queue is only that one statement over all
--- shards: the cheaper pass when little is queued, which workers use when idle.
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -3122,23 +3110,27 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
--- One plan for every shard (pruned to the shard when it runs) instead of
--- planning the partitioned statement again at each call.
+-- One plan for every call instead of planning the partitioned statement
+-- again at each one; and that plan the one that reads a batch's worth,
+-- whatever the statistics said when it was made (made on empty tables, the
+-- planner would rather sort every due row, or scan the jobs). The sort of
+-- the batch it returns is then "disabled" and so costed huge: no JIT, which
+-- would compile it at every call for a second or more.
 SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
-    v_shards integer;
     v_queues text[];
     v_left integer := claim.n;
     v_got integer;
-    v_shard smallint;
     v_queue text;
     v_nq integer;
-    v_group text;
-    v_rank integer;
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
     v_scope text := pgsched._tenant_scope();
@@ -3150,7 +3142,6 @@ BEGIN
                         claim.n, claim.lease
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT c.shards INTO v_shards FROM pgsched.config c;
     SELECT pg_catalog.array_agg(q) INTO v_queues
     FROM unnest(claim.queues) q
     WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
@@ -3184,74 +3175,40 @@ BEGIN
     FOR k IN 0 .. v_nq - 1 LOOP
         -- Queues take turns: a busy worker's claims start at a rotating one.
         v_queue := v_queues[((coalesce(claim.start_shard, 0) + k) % v_nq + v_nq) % v_nq + 1];
-        IF claim.start_shard IS NOT NULL THEN
-            -- The best due level (dispatch group and rank: the priority) over
-            -- all shards, one merge of their index heads; none: nothing due.
-            SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
-            FROM pgsched.jobs j
-            WHERE j.state = 'available'
-              AND j.queue = v_queue
-              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-              AND (v_scope IS NULL OR j.tenant = v_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-            LIMIT 1;
-            CONTINUE WHEN NOT FOUND;
-            -- Jobs of that level only, shard by shard from the start shard.
-            FOR i IN 0 .. v_shards - 1 LOOP
-                v_shard := ((claim.start_shard + i) % v_shards + v_shards) % v_shards;
-                RETURN QUERY
-                WITH due AS MATERIALIZED (
-                    SELECT j.id
-                    FROM pgsched.jobs j
-                    WHERE j.shard = v_shard
-                      AND j.state = 'available'
-                      AND j.queue = v_queue
-                      AND j.dispatch_group = v_group
-                      AND j.dispatch_rank = v_rank
-                      -- the first arm keeps the row estimate right (most jobs need no labels)
-                      AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-                      AND (v_scope IS NULL OR j.tenant = v_scope)
-                    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                    LIMIT v_left
-                    FOR UPDATE SKIP LOCKED
-                ), leased AS (
-                    UPDATE pgsched.jobs j
-                    SET state = 'running',
-                        attempt = j.attempt + 1,
-                        lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
-                        leased_by = claim.worker,
-                        lease_expires_at = v_now + claim.lease,
-                        claimed_at = v_now,
-                        started_at = NULL  -- set by start(), when a handler slot takes it
-                    -- ids as an array: one index probe each, never a scan of the partition
-                    WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
-                    RETURNING j.*
-                )
-                SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-                       l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at,
-                       l.trace_context
-                FROM leased l;
-                GET DIAGNOSTICS v_got = ROW_COUNT;
-                v_left := v_left - v_got;
-                IF v_left <= 0 THEN
-                    RETURN;
-                END IF;
-            END LOOP;
-        END IF;
-
-        -- The rest (or, with start_shard NULL, all of it) in one statement
-        -- over every shard: a merge of their indexes, strict order.
+        -- The queue's due rows in strict order (one merge of the ready
+        -- ring's slots), locked with SKIP LOCKED so that concurrent claimers
+        -- pass each other's; then their jobs, locked with SKIP LOCKED too: a
+        -- job someone else is changing (a cancel, a replace) is left to them
+        -- with its row. A row whose job is no longer due (left behind by a
+        -- change that raced a claim) goes.
         RETURN QUERY
         WITH due AS MATERIALIZED (
-            SELECT j.id, j.shard
-            FROM pgsched.jobs j
-            WHERE j.state = 'available'
-              AND j.queue = v_queue
-              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-              AND (v_scope IS NULL OR j.tenant = v_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            SELECT r.slot, r.id, r.shard, r.dispatch_group, r.dispatch_rank, r.dispatch_at
+            FROM pgsched.ready r
+            WHERE r.queue = v_queue
+              -- the first arm keeps the row estimate right (most jobs need no labels)
+              AND (r.labels = '{}' OR r.labels <@ coalesce(claim.labels, '{}'))
+              AND (v_scope IS NULL OR r.tenant = v_scope)
+            ORDER BY r.dispatch_group, r.dispatch_rank, r.dispatch_at, r.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
+        ), locked AS MATERIALIZED (
+            -- ids as an array: one index probe each, never a scan of the partition
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
+              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
+              AND j.state = 'available' AND j.queue = v_queue
+            FOR UPDATE SKIP LOCKED
+        ), taken AS (
+            DELETE FROM pgsched.ready r
+            USING due d
+            WHERE r.slot = d.slot AND r.queue = v_queue AND r.dispatch_group = d.dispatch_group
+              AND r.dispatch_rank = d.dispatch_rank AND r.dispatch_at = d.dispatch_at AND r.id = d.id
+              AND (d.id = ANY (ARRAY(SELECT l.id FROM locked l))
+                   OR NOT EXISTS (SELECT FROM pgsched.jobs j
+                                  WHERE j.id = d.id AND j.shard = d.shard AND j.state = 'available'
+                                    AND j.queue = v_queue))
         ), leased AS (
             UPDATE pgsched.jobs j
             SET state = 'running',
@@ -3261,14 +3218,15 @@ BEGIN
                 lease_expires_at = v_now + claim.lease,
                 claimed_at = v_now,
                 started_at = NULL  -- set by start(), when a handler slot takes it
-            WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
-              AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
+            WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
+              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
               AND j.state = 'available'
             RETURNING j.*
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
                l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
-        FROM leased l;
+        FROM leased l
+        ORDER BY l.dispatch_group, l.dispatch_rank, l.dispatch_at, l.id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
         IF v_left <= 0 THEN
@@ -5500,6 +5458,120 @@ BEGIN
 END
 $$;
 
+-- functions/rotate_ready.sql
+-- rotate_ready
+-- contract: turns the ring of pgsched.ready (10_tables.sql) and empties its
+-- drained slots, so that claims read the dead entries of the last second or
+-- two only, however long something pins the xmin horizon. Returns what it
+-- did: one row per slot it opened ('opened'), emptied ('emptied', rows moved
+-- to the open slot in moved) or had to leave ('busy': a lock it could not
+-- take at once; 'kept': more than p_move due jobs still in it).
+--   - The open slot has been open p_period: the next slot of the ring that is
+--     empty opens (none empty: the open one stays open).
+--   - A slot closed at least p_period ago that holds pages is emptied: under
+--     an ACCESS EXCLUSIVE lock taken within lock_timeout (claims wait for it
+--     a few milliseconds at most; held: tried again at the next call), its
+--     due jobs that are still there (at most p_move: a backlog, a paused
+--     queue, labels no worker offers) move to the open slot, rows whose job
+--     is no longer due are dropped, and TRUNCATE gives its files back whole:
+--     no vacuum, and no xmin horizon, is needed for that.
+-- Callers at the same time do not wait for each other: the one that gets the
+-- ring's advisory lock works, the others return nothing. Workers and
+-- scanners call it every second (pgsched/runtime/vacuumer.py).
+CREATE OR REPLACE FUNCTION pgsched.rotate_ready(
+    p_period interval DEFAULT interval '1 second',
+    p_move   integer  DEFAULT 10000
+)
+RETURNS TABLE (slot smallint, action text, moved bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+SET lock_timeout = '20ms'
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_open pgsched.ready_ring;
+    v_next smallint;
+    v_slot smallint;
+    v_rel regclass;
+    v_live bigint;
+    v_moved bigint;
+BEGIN
+    IF p_period IS NULL OR p_period <= interval '0' OR p_move IS NULL OR p_move < 0 THEN
+        RAISE EXCEPTION 'pgsched: rotate_ready needs p_period > 0 and p_move >= 0 (got %, %)', p_period, p_move
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_ring')) THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_open FROM pgsched.ready_ring g WHERE g.closed_at IS NULL;
+
+    -- Empty the slots closed long enough ago, oldest first.
+    FOR v_slot IN
+        SELECT g.slot FROM pgsched.ready_ring g
+        WHERE g.closed_at <= v_now - p_period
+          AND pg_catalog.pg_relation_size(pg_catalog.format('pgsched.ready_s%s', g.slot)::regclass) > 0
+        ORDER BY g.closed_at
+    LOOP
+        v_rel := pg_catalog.format('pgsched.ready_s%s', v_slot)::regclass;
+        -- Counted before the lock too: a slot kept for its backlog costs no lock.
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
+            INTO v_live;
+        IF v_live > p_move THEN
+            RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
+            CONTINUE;
+        END IF;
+        BEGIN
+            EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_rel);
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT v_slot, 'busy'::text, NULL::bigint;
+            CONTINUE;
+        END;
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
+            INTO v_live;
+        IF v_live > p_move THEN
+            RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
+            CONTINUE;
+        END IF;
+        v_moved := 0;
+        IF v_live > 0 THEN
+            -- Still due and still where the row says: into the open slot.
+            EXECUTE pg_catalog.format($sql$
+                WITH moved AS (
+                    INSERT INTO pgsched.ready
+                        (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant,
+                         concurrency_key)
+                    SELECT $1, r.queue, r.dispatch_group, r.dispatch_rank, r.dispatch_at, r.id, r.shard, r.priority,
+                           r.labels, r.tenant, r.concurrency_key
+                    FROM %s r
+                    JOIN pgsched.jobs j ON j.id = r.id AND j.shard = r.shard
+                    WHERE j.state = 'available' AND j.queue = r.queue AND j.dispatch_group = r.dispatch_group
+                      AND j.dispatch_rank = r.dispatch_rank AND j.dispatch_at = r.dispatch_at
+                    RETURNING 1
+                )
+                SELECT pg_catalog.count(*) FROM moved
+            $sql$, v_rel) INTO v_moved USING v_open.slot;
+        END IF;
+        EXECUTE pg_catalog.format('TRUNCATE %s', v_rel);
+        RETURN QUERY SELECT v_slot, 'emptied'::text, v_moved;
+    END LOOP;
+
+    -- Open the next empty slot once the open one has had its turn.
+    IF v_open.opened_at <= v_now - p_period THEN
+        SELECT g.slot INTO v_next FROM pgsched.ready_ring g
+        WHERE g.slot <> v_open.slot
+          AND pg_catalog.pg_relation_size(pg_catalog.format('pgsched.ready_s%s', g.slot)::regclass) = 0
+        ORDER BY (g.slot - v_open.slot + 8) % 8
+        LIMIT 1;
+        IF v_next IS NOT NULL THEN
+            UPDATE pgsched.ready_ring g SET closed_at = v_now WHERE g.slot = v_open.slot;
+            UPDATE pgsched.ready_ring g SET opened_at = v_now, closed_at = NULL WHERE g.slot = v_next;
+            RETURN QUERY SELECT v_next, 'opened'::text, NULL::bigint;
+        END IF;
+    END IF;
+END
+$$;
+
 -- functions/remove_schedule.sql
 -- remove_schedule
 -- contract: deletes a schedule and withdraws its occurrences that have not
@@ -6261,6 +6333,63 @@ BEGIN
 END
 $$;
 
+-- functions/tg_jobs__ready_rows.sql
+-- tg_jobs__ready_rows
+-- contract: after each INSERT statement into pgsched.jobs, the due jobs it
+-- wrote (state 'available') enter pgsched.ready, in the open slot of the
+-- ring: one INSERT for the whole statement, whoever wrote the rows (the
+-- enqueue functions, retry, the scanners' occurrences, a plain INSERT). Rows
+-- that are not due enter pgsched.ready when they become due
+-- (tg_jobs__ready_row).
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__ready_rows()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    INSERT INTO pgsched.ready
+        (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant, concurrency_key)
+    SELECT (SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL),
+           n.queue, n.dispatch_group, n.dispatch_rank, n.dispatch_at, n.id, n.shard, n.priority, n.labels, n.tenant,
+           n.concurrency_key
+    FROM new_jobs n
+    WHERE n.state = 'available';
+    RETURN NULL;
+END
+$$;
+
+-- functions/tg_jobs__ready_row.sql
+-- tg_jobs__ready_row
+-- contract: keeps pgsched.ready one row per due job when a job of
+-- pgsched.jobs becomes due, stops being due other than by a claim, or
+-- changes its place in the claim order (queue, dispatch stamps, labels,
+-- tenant, key) while due: the old row leaves, found by its claim-order key,
+-- and the new one enters the open slot. Claims remove their jobs' rows
+-- themselves, and the trigger's WHEN (30_triggers.sql) leaves every other
+-- update (heartbeats, starts, completions' deletes) alone.
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__ready_row()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF OLD.state = 'available' THEN
+        DELETE FROM pgsched.ready r
+        WHERE r.queue = OLD.queue AND r.dispatch_group = OLD.dispatch_group AND r.dispatch_rank = OLD.dispatch_rank
+          AND r.dispatch_at = OLD.dispatch_at AND r.id = OLD.id;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.state = 'available' THEN
+        INSERT INTO pgsched.ready
+            (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant,
+             concurrency_key)
+        VALUES ((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL),
+                NEW.queue, NEW.dispatch_group, NEW.dispatch_rank, NEW.dispatch_at, NEW.id, NEW.shard, NEW.priority,
+                NEW.labels, NEW.tenant, NEW.concurrency_key);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- functions/tg_schedules__before_write.sql
 -- tg_schedules__before_write
 -- contract: a schedule lives on the shard of its name; any change to what a
@@ -6587,6 +6716,32 @@ CREATE OR REPLACE TRIGGER tg_jobs__redispatch
     BEFORE UPDATE OF run_at, priority, queue, tenant ON pgsched.jobs
     FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch();
 
+-- pgsched.ready, the due jobs claims read (10_tables.sql), follows the jobs:
+-- the due rows of each INSERT statement at once, then each job that becomes
+-- due, stops being due or moves in the claim order while due. The claim's
+-- own transition (available to running) is not one of them: claims remove
+-- their jobs' rows in the statement that leases them. Heartbeats, starts and
+-- completions (running rows) fail the WHEN and cost nothing more.
+CREATE OR REPLACE TRIGGER tg_jobs__ready_rows
+    AFTER INSERT ON pgsched.jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgsched.tg_jobs__ready_rows();
+CREATE OR REPLACE TRIGGER tg_jobs__ready_row
+    AFTER UPDATE ON pgsched.jobs
+    FOR EACH ROW
+    WHEN ((OLD.state = 'available' OR NEW.state = 'available') AND NEW.state <> 'running'
+          AND (OLD.state <> NEW.state
+               OR (OLD.queue, OLD.dispatch_group, OLD.dispatch_rank, OLD.dispatch_at, OLD.priority, OLD.labels,
+                   OLD.tenant, OLD.concurrency_key)
+                  IS DISTINCT FROM (NEW.queue, NEW.dispatch_group, NEW.dispatch_rank, NEW.dispatch_at, NEW.priority,
+                                    NEW.labels, NEW.tenant, NEW.concurrency_key)))
+    EXECUTE FUNCTION pgsched.tg_jobs__ready_row();
+CREATE OR REPLACE TRIGGER tg_jobs__ready_gone
+    AFTER DELETE ON pgsched.jobs
+    FOR EACH ROW
+    WHEN (OLD.state = 'available')
+    EXECUTE FUNCTION pgsched.tg_jobs__ready_row();
+
 -- 40_views.sql
 -- pgsched: views, the operator's surface. Per queue, never only averages.
 
@@ -6817,7 +6972,7 @@ GRANT EXECUTE ON FUNCTION
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards,
-    pgsched.rollup_queue_history,
+    pgsched.rollup_queue_history, pgsched.rotate_ready,
     -- code-defined schedules (@app.cron) only: see _check_schedule_write
     pgsched.upsert_schedule
     TO pgsched_worker;
@@ -6830,7 +6985,7 @@ GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.c
     pgsched.queue_stats, pgsched.dead_letters, pgsched.workers_live,
     pgsched.schedules, pgsched.schedule_occurrences, pgsched.scanners, pgsched.shard_leases,
     pgsched.schedule_status, pgsched.queue_minutes, pgsched.queue_history, pgsched.job_dependencies,
-    pgsched.job_timeline
+    pgsched.job_timeline, pgsched.ready
     TO pgsched_worker;
 
 GRANT EXECUTE ON FUNCTION pgsched.cancel, pgsched.retry, pgsched.cancel_many, pgsched.retry_many,
@@ -6866,6 +7021,10 @@ CREATE POLICY jobs_tenant ON pgsched.jobs
            OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()))
     WITH CHECK ((SELECT pgsched._tenant_scope()) IS NULL
                 OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
+ALTER TABLE pgsched.ready ENABLE ROW LEVEL SECURITY;
+CREATE POLICY ready_tenant ON pgsched.ready
+    USING ((SELECT pgsched._tenant_scope()) IS NULL
+           OR tenant OPERATOR(pg_catalog.=) (SELECT pgsched._tenant_scope()));
 ALTER TABLE pgsched.job_history ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_history_tenant ON pgsched.job_history
     USING ((SELECT pgsched._tenant_scope()) IS NULL
@@ -6952,6 +7111,22 @@ BEGIN
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);
     INSERT INTO pgsched.shard_leases (shard) SELECT pg_catalog.generate_series(0, v_shards - 1);
+END
+$$;
+
+-- The ring of pgsched.ready: eight slots, slot 0 open. Each is emptied by
+-- TRUNCATE once its jobs are claimed (rotate_ready); autovacuum still
+-- visits a slot that a long backlog keeps from being emptied.
+DO $$
+BEGIN
+    FOR s IN 0 .. 7 LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TABLE pgsched.%I PARTITION OF pgsched.ready FOR VALUES IN (%s)',
+            'ready_s' || s, s);
+    END LOOP;
+    INSERT INTO pgsched.ready_ring (slot, opened_at, closed_at)
+    SELECT s, CASE WHEN s = 0 THEN pg_catalog.now() END, CASE WHEN s <> 0 THEN pg_catalog.now() END
+    FROM pg_catalog.generate_series(0, 7) s;
 END
 $$;
 

@@ -1,4 +1,8 @@
-"""Keeps the hot table lean and its plans right: VACUUM / ANALYZE of pgsched.jobs' partitions when needed.
+"""Keeps the hot tables lean and their plans right: the ring of due jobs turned, VACUUM / ANALYZE when needed.
+
+Every second it turns the ring of pgsched.ready (``pgsched.rotate_ready``): a
+new slot opens, and slots whose due jobs have all been claimed are emptied by
+TRUNCATE, which needs no vacuum and is not held back by the xmin horizon.
 
 Every job leaves two dead row versions in pgsched.jobs (one when it is
 claimed, one when it finishes). Autovacuum comes round at most once per
@@ -44,10 +48,13 @@ log = logging.getLogger(__name__)
 MIN_DEAD = 10_000
 #: ... as are those with fewer dead than this fraction of their live rows.
 DEAD_RATIO = 0.2
+#: Seconds between turns of the ring of due jobs (pgsched.rotate_ready, which keeps each slot open a second).
+ROTATE_INTERVAL = 1.0
 
 
 class Vacuumer:
-    """A thread that, every ``interval`` seconds, vacuums or analyzes the partitions of pgsched.jobs that need it."""
+    """A thread that turns the ring of due jobs every second and, every ``interval`` seconds, vacuums or analyzes
+    the partitions of pgsched.jobs that need it."""
 
     def __init__(
         self,
@@ -69,6 +76,7 @@ class Vacuumer:
         self.analyzes = 0
         self.seconds = 0.0
         self.skipped = 0  # vacuums left out while the horizon stayed where it was
+        self.rotations: dict[str, int] = {}  # rotate_ready's actions (opened, emptied, busy, kept), counted
         # Per partition, the horizon (oldest holder's xid) seen right before its last vacuum here: while the
         # horizon is still that one, everything that vacuum could not remove is still unremovable.
         self._vacuumed_under: dict[str, str] = {}
@@ -92,9 +100,14 @@ class Vacuumer:
 
     def _loop(self) -> None:
         # Jittered, so that many workers started together do not all look at once.
-        while not self._stop.wait(self._interval * (0.8 + 0.4 * random.random())):
+        next_check = time.monotonic() + self._interval * (0.8 + 0.4 * random.random())
+        tick = min(ROTATE_INTERVAL, self._interval)
+        while not self._stop.wait(tick * (0.8 + 0.4 * random.random())):
             try:
-                self.run_once()
+                self.rotate()
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self._interval * (0.8 + 0.4 * random.random())
+                    self.run_once()
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if not self._stop.is_set():
                     log.warning("vacuum check failed (%s); trying again later", exc)
@@ -102,6 +115,15 @@ class Vacuumer:
             except psycopg.Error as exc:
                 if not self._stop.is_set():
                     log.warning("vacuum check failed: %s", exc)
+
+    def rotate(self) -> list[tuple[int, str, int | None]]:
+        """Turn the ring of due jobs (pgsched.rotate_ready): returns what it did to which slot."""
+        rows: list[tuple[int, str, int | None]] = self._db.get().execute(queries.ROTATE_READY).fetchall()
+        for slot, action, moved in rows:
+            self.rotations[action] = self.rotations.get(action, 0) + 1
+            if action == "kept":
+                log.debug("ready slot %d kept: %s due jobs still in it", slot, moved)
+        return rows
 
     def run_once(self) -> list[str]:
         """Vacuum and/or analyze every partition that needs it now; returns those it worked on."""

@@ -10,13 +10,10 @@
 -- leases that have not expired (a SIGKILLed worker's slot frees when its
 -- lease runs out, with nothing to repair); rates count the starts recorded
 -- in pgsched.rate_windows within the last rate_period (a sliding window).
--- As claim() does for a busy worker: the best due priority over all shards,
--- its jobs read one shard at a time from a rotating one (a batch is usually
--- one statement), then what it could not fill in strict order over all
--- shards, so priority holds across shards. Under tenant fairness the index
--- order is the tenants' shares already (_fair_stamp).
--- Per-key limits skip jobs whose key is full, reading at most 1000
--- candidates per shard. Like claim(), it writes no audit event (the row
+-- As claim() does, its due jobs are read from pgsched.ready in strict order
+-- (under tenant fairness the order is the tenants' shares already:
+-- _fair_stamp). Per-key limits skip jobs whose key is full, reading at most
+-- 1000 candidates. Like claim(), it writes no audit event (the row
 -- keeps claimed_at; see pgsched.job_timeline).
 CREATE OR REPLACE FUNCTION pgsched._claim_limited(
     p_worker text,
@@ -34,7 +31,7 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgsched, pg_temp
--- One plan per statement, pruned to the shard when it runs (as claim()).
+-- One plan per statement, pruned to the shard when it runs.
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
@@ -42,7 +39,6 @@ DECLARE
     v_q pgsched.queues;
     v_k integer := p_n;
     v_keyed boolean;
-    v_off integer;
     v_scan integer;
     v_ids bigint[] := '{}';
     v_shards smallint[] := '{}';
@@ -51,9 +47,6 @@ DECLARE
     v_cand record;
     v_shard smallint;
     v_sids bigint[];
-    v_nshards integer;
-    v_group text;
-    v_rank integer;
 BEGIN
     SELECT * INTO v_q FROM pgsched.queues q WHERE q.name = p_queue;
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -79,66 +72,25 @@ BEGIN
     v_keyed := v_q.key_concurrency IS NOT NULL OR v_q.key_rate IS NOT NULL;
     v_scan := CASE WHEN v_keyed THEN least(v_k * 10 + 100, 1000) ELSE v_k END;
 
-    -- As claim() does for a busy worker: the best due level (priority)
-    -- over all shards, its jobs shard by shard from a rotating one (the
-    -- batch usually comes from one partition, one statement), then the
-    -- rest in strict order over all shards at once.
-    SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
-    FROM pgsched.jobs j
-    WHERE j.state = 'available' AND j.queue = p_queue
-      AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-      AND (p_scope IS NULL OR j.tenant = p_scope)
-    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-    LIMIT 1;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    SELECT c.shards INTO v_nshards FROM pgsched.config c;
-    SELECT ((s.last_value - CASE WHEN s.is_called THEN 0 ELSE 1 END) % v_nshards)::integer INTO v_off
-    FROM pgsched.lease_token_seq s;
-    FOR i IN 0 .. v_nshards - 1 LOOP
+    -- Its due jobs in strict order, from pgsched.ready (as claim()).
+    FOR v_cand IN
+        SELECT r.id, r.shard, r.concurrency_key
+        FROM pgsched.ready r
+        WHERE r.queue = p_queue
+          AND (r.labels = '{}' OR r.labels <@ coalesce(p_labels, '{}'))
+          AND (p_scope IS NULL OR r.tenant = p_scope)
+        ORDER BY r.dispatch_group, r.dispatch_rank, r.dispatch_at, r.id
+        LIMIT v_scan
+    LOOP
         EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-        v_shard := ((v_off + i) % v_nshards)::smallint;
-        FOR v_cand IN
-            SELECT j.id, j.shard, j.concurrency_key
-            FROM pgsched.jobs j
-            WHERE j.shard = v_shard AND j.state = 'available' AND j.queue = p_queue
-              AND j.dispatch_group = v_group AND j.dispatch_rank = v_rank
-              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-              AND (p_scope IS NULL OR j.tenant = p_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-            LIMIT v_scan
-        LOOP
-            EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                CONTINUE WHEN v_left <= 0;
-                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-            END IF;
-            v_ids := v_ids || v_cand.id;
-            v_shards := v_shards || v_cand.shard;
-        END LOOP;
+        IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
+            v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
+            CONTINUE WHEN v_left <= 0;
+            v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
+        END IF;
+        v_ids := v_ids || v_cand.id;
+        v_shards := v_shards || v_cand.shard;
     END LOOP;
-    IF pg_catalog.cardinality(v_ids) < v_k THEN
-        FOR v_cand IN
-            SELECT j.id, j.shard, j.concurrency_key
-            FROM pgsched.jobs j
-            WHERE j.state = 'available' AND j.queue = p_queue AND j.id <> ALL (v_ids)
-              AND (j.labels = '{}' OR j.labels <@ coalesce(p_labels, '{}'))
-              AND (p_scope IS NULL OR j.tenant = p_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-            LIMIT v_scan
-        LOOP
-            EXIT WHEN pg_catalog.cardinality(v_ids) >= v_k;
-            IF v_keyed AND v_cand.concurrency_key IS NOT NULL THEN
-                v_left := pgsched._key_room(v_q, v_cand.concurrency_key, p_now, v_room);
-                CONTINUE WHEN v_left <= 0;
-                v_room := v_room || pg_catalog.jsonb_build_object(v_cand.concurrency_key, v_left - 1);
-            END IF;
-            v_ids := v_ids || v_cand.id;
-            v_shards := v_shards || v_cand.shard;
-        END LOOP;
-    END IF;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
@@ -164,6 +116,12 @@ BEGIN
                 started_at = NULL
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
             RETURNING j.*
+        ), taken AS (
+            -- Their due rows leave pgsched.ready (found by their claim-order key).
+            DELETE FROM pgsched.ready r
+            USING leased l
+            WHERE r.queue = l.queue AND r.dispatch_group = l.dispatch_group AND r.dispatch_rank = l.dispatch_rank
+              AND r.dispatch_at = l.dispatch_at AND r.id = l.id
         ), started AS (
             -- The window keeps the starts inside the period, oldest first.
             INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)

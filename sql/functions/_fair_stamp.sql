@@ -11,7 +11,7 @@
 -- here have that taken off again, so virtual time is one clock for all.
 --
 -- The cost is here, at enqueue (two index probes: the head in the claim
--- index, the tenant's latest stamp in jobs_fair_idx), so a claim of a fair
+-- index, the tenant's latest stamp in ready_fair_idx), so a claim of a fair
 -- queue is the plain claim of its index in stamp order and reads only its
 -- batch, whatever the number of tenants. VOLATILE, so each row of a
 -- multi-row INSERT sees the rows before it and the tenant's stamps grow
@@ -35,15 +35,15 @@ DECLARE
     v_head timestamptz;
     v_tail timestamptz;
 BEGIN
-    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_head FROM pgsched.jobs j
-    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = '*'
+    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_head FROM pgsched.ready j
+    WHERE j.queue = p_queue AND j.dispatch_group = '*'
     ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
     LIMIT 1;
     IF v_head IS NULL THEN
         RETURN p_at;
     END IF;
-    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_tail FROM pgsched.jobs j
-    WHERE j.state = 'available' AND j.queue = p_queue AND j.dispatch_group = '*'
+    SELECT j.dispatch_at + coalesce(j.priority * p_aging, interval '0') INTO v_tail FROM pgsched.ready j
+    WHERE j.queue = p_queue AND j.dispatch_group = '*'
       AND coalesce(j.tenant, '') = coalesce(p_tenant, '')
     ORDER BY coalesce(j.tenant, ''), j.dispatch_at DESC
     LIMIT 1;

@@ -34,8 +34,8 @@ AS $$
         FROM (SELECT DISTINCT f.queue, f.aging FROM fair f) x
         LEFT JOIN LATERAL (
             SELECT j.dispatch_at + coalesce(j.priority * x.aging, interval '0') AS at
-            FROM pgsched.jobs j
-            WHERE j.state = 'available' AND j.queue = x.queue AND j.dispatch_group = '*'
+            FROM pgsched.ready j
+            WHERE j.queue = x.queue AND j.dispatch_group = '*'
             ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
             LIMIT 1) h ON true
     ), tails AS (
@@ -43,8 +43,8 @@ AS $$
         FROM (SELECT DISTINCT f.queue, f.tenant, f.aging, f.step FROM fair f) x
         LEFT JOIN LATERAL (
             SELECT j.dispatch_at + coalesce(j.priority * x.aging, interval '0') AS at
-            FROM pgsched.jobs j
-            WHERE j.state = 'available' AND j.queue = x.queue AND j.dispatch_group = '*'
+            FROM pgsched.ready j
+            WHERE j.queue = x.queue AND j.dispatch_group = '*'
               AND coalesce(j.tenant, '') = x.tenant
             ORDER BY coalesce(j.tenant, ''), j.dispatch_at DESC
             LIMIT 1) t ON true

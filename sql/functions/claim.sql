@@ -2,30 +2,24 @@
 -- contract: leases up to n due jobs of `queues` (skipping paused queues, and
 -- jobs whose labels the worker does not all offer) to `worker` for `lease`.
 -- Each claimed job gets a new fencing token, larger than any before, and its
--- attempt incremented. A job is never leased twice at once: rows are locked
--- with SKIP LOCKED and re-checked as 'available' by the same UPDATE.
+-- attempt incremented. A job is never leased twice at once: its row in
+-- pgsched.jobs is locked with SKIP LOCKED and re-checked as 'available' by
+-- the statement that leases it.
 -- The claim writes no audit event: the job's row keeps claimed_at, and an
 -- attempt that ends other than completed records its claim then (see
 -- pgsched.job_timeline).
 --
--- Priority is strict across shards (docs/dispatch.md): a busy worker
--- (start_shard given; workers rotate it) first finds the best due level (its
--- dispatch group and rank, i.e. priority) with one merge of every shard's
--- index head, then claims jobs of that level shard by shard from
--- start_shard, one statement each, so concurrent claimers of tied jobs
--- spread over partitions instead of fighting for the same rows; within a
--- shard that is one index scan in dispatch order (priority DESC, run_at, id;
--- or aged priority, see tg_jobs__dispatch) that stops after n rows, whatever
--- the backlog. What the level cannot fill is claimed by one statement over
--- all shards at once (a merge of every shard's index, strict order). Queues
--- take turns by the same rotation.
+-- Priority is strict (docs/dispatch.md): a queue's due jobs are read from
+-- pgsched.ready, the due jobs' own ring of slots, in dispatch order
+-- (priority DESC, run_at, id; or aged priority, see tg_jobs__dispatch) by one
+-- index scan per slot, merged, that stops after n jobs whatever the backlog
+-- and whatever the dead entries of jobs claimed before (a slot is emptied
+-- whole once its jobs are claimed: rotate_ready). Queues take turns:
+-- start_shard, which busy workers rotate, picks the queue read first.
 --
 -- A queue with limits (concurrency or rate) is claimed by _claim_limited,
 -- one claimer at a time. Tenant fairness needs no path of its own: its
 -- shares are in the stamps the index is ordered by (_fair_stamp).
---
--- With start_shard NULL, each queue is only that one statement over all
--- shards: the cheaper pass when little is queued, which workers use when idle.
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -42,23 +36,27 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
--- One plan for every shard (pruned to the shard when it runs) instead of
--- planning the partitioned statement again at each call.
+-- One plan for every call instead of planning the partitioned statement
+-- again at each one; and that plan the one that reads a batch's worth,
+-- whatever the statistics said when it was made (made on empty tables, the
+-- planner would rather sort every due row, or scan the jobs). The sort of
+-- the batch it returns is then "disabled" and so costed huge: no JIT, which
+-- would compile it at every call for a second or more.
 SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
-    v_shards integer;
     v_queues text[];
     v_left integer := claim.n;
     v_got integer;
-    v_shard smallint;
     v_queue text;
     v_nq integer;
-    v_group text;
-    v_rank integer;
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
     v_scope text := pgsched._tenant_scope();
@@ -70,7 +68,6 @@ BEGIN
                         claim.n, claim.lease
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT c.shards INTO v_shards FROM pgsched.config c;
     SELECT pg_catalog.array_agg(q) INTO v_queues
     FROM unnest(claim.queues) q
     WHERE NOT EXISTS (SELECT 1 FROM pgsched.queues pq WHERE pq.name = q AND pq.paused);
@@ -104,74 +101,40 @@ BEGIN
     FOR k IN 0 .. v_nq - 1 LOOP
         -- Queues take turns: a busy worker's claims start at a rotating one.
         v_queue := v_queues[((coalesce(claim.start_shard, 0) + k) % v_nq + v_nq) % v_nq + 1];
-        IF claim.start_shard IS NOT NULL THEN
-            -- The best due level (dispatch group and rank: the priority) over
-            -- all shards, one merge of their index heads; none: nothing due.
-            SELECT j.dispatch_group, j.dispatch_rank INTO v_group, v_rank
-            FROM pgsched.jobs j
-            WHERE j.state = 'available'
-              AND j.queue = v_queue
-              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-              AND (v_scope IS NULL OR j.tenant = v_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-            LIMIT 1;
-            CONTINUE WHEN NOT FOUND;
-            -- Jobs of that level only, shard by shard from the start shard.
-            FOR i IN 0 .. v_shards - 1 LOOP
-                v_shard := ((claim.start_shard + i) % v_shards + v_shards) % v_shards;
-                RETURN QUERY
-                WITH due AS MATERIALIZED (
-                    SELECT j.id
-                    FROM pgsched.jobs j
-                    WHERE j.shard = v_shard
-                      AND j.state = 'available'
-                      AND j.queue = v_queue
-                      AND j.dispatch_group = v_group
-                      AND j.dispatch_rank = v_rank
-                      -- the first arm keeps the row estimate right (most jobs need no labels)
-                      AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-                      AND (v_scope IS NULL OR j.tenant = v_scope)
-                    ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
-                    LIMIT v_left
-                    FOR UPDATE SKIP LOCKED
-                ), leased AS (
-                    UPDATE pgsched.jobs j
-                    SET state = 'running',
-                        attempt = j.attempt + 1,
-                        lease_token = pg_catalog.nextval('pgsched.lease_token_seq'),
-                        leased_by = claim.worker,
-                        lease_expires_at = v_now + claim.lease,
-                        claimed_at = v_now,
-                        started_at = NULL  -- set by start(), when a handler slot takes it
-                    -- ids as an array: one index probe each, never a scan of the partition
-                    WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state = 'available'
-                    RETURNING j.*
-                )
-                SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-                       l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at,
-                       l.trace_context
-                FROM leased l;
-                GET DIAGNOSTICS v_got = ROW_COUNT;
-                v_left := v_left - v_got;
-                IF v_left <= 0 THEN
-                    RETURN;
-                END IF;
-            END LOOP;
-        END IF;
-
-        -- The rest (or, with start_shard NULL, all of it) in one statement
-        -- over every shard: a merge of their indexes, strict order.
+        -- The queue's due rows in strict order (one merge of the ready
+        -- ring's slots), locked with SKIP LOCKED so that concurrent claimers
+        -- pass each other's; then their jobs, locked with SKIP LOCKED too: a
+        -- job someone else is changing (a cancel, a replace) is left to them
+        -- with its row. A row whose job is no longer due (left behind by a
+        -- change that raced a claim) goes.
         RETURN QUERY
         WITH due AS MATERIALIZED (
-            SELECT j.id, j.shard
-            FROM pgsched.jobs j
-            WHERE j.state = 'available'
-              AND j.queue = v_queue
-              AND (j.labels = '{}' OR j.labels <@ coalesce(claim.labels, '{}'))
-              AND (v_scope IS NULL OR j.tenant = v_scope)
-            ORDER BY j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id
+            SELECT r.slot, r.id, r.shard, r.dispatch_group, r.dispatch_rank, r.dispatch_at
+            FROM pgsched.ready r
+            WHERE r.queue = v_queue
+              -- the first arm keeps the row estimate right (most jobs need no labels)
+              AND (r.labels = '{}' OR r.labels <@ coalesce(claim.labels, '{}'))
+              AND (v_scope IS NULL OR r.tenant = v_scope)
+            ORDER BY r.dispatch_group, r.dispatch_rank, r.dispatch_at, r.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
+        ), locked AS MATERIALIZED (
+            -- ids as an array: one index probe each, never a scan of the partition
+            SELECT j.id
+            FROM pgsched.jobs j
+            WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
+              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
+              AND j.state = 'available' AND j.queue = v_queue
+            FOR UPDATE SKIP LOCKED
+        ), taken AS (
+            DELETE FROM pgsched.ready r
+            USING due d
+            WHERE r.slot = d.slot AND r.queue = v_queue AND r.dispatch_group = d.dispatch_group
+              AND r.dispatch_rank = d.dispatch_rank AND r.dispatch_at = d.dispatch_at AND r.id = d.id
+              AND (d.id = ANY (ARRAY(SELECT l.id FROM locked l))
+                   OR NOT EXISTS (SELECT FROM pgsched.jobs j
+                                  WHERE j.id = d.id AND j.shard = d.shard AND j.state = 'available'
+                                    AND j.queue = v_queue))
         ), leased AS (
             UPDATE pgsched.jobs j
             SET state = 'running',
@@ -181,14 +144,15 @@ BEGIN
                 lease_expires_at = v_now + claim.lease,
                 claimed_at = v_now,
                 started_at = NULL  -- set by start(), when a handler slot takes it
-            WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
-              AND j.shard = ANY (ARRAY(SELECT due.shard FROM due))
+            WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
+              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
               AND j.state = 'available'
             RETURNING j.*
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
                l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
-        FROM leased l;
+        FROM leased l
+        ORDER BY l.dispatch_group, l.dispatch_rank, l.dispatch_at, l.id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
         IF v_left <= 0 THEN

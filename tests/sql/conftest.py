@@ -45,9 +45,36 @@ def rollback_conn(admin_dsn: str, template_db: str) -> Iterator[Conn]:
         drop_database(admin_dsn, name)
 
 
+# Every due job has exactly one row in pgsched.ready that says where it is in the claim order, and every
+# row there is such a job's (claims read pgsched.ready only: a due job without its row would never run).
+DUE_ROWS_DISAGREE = """
+SELECT (SELECT pg_catalog.count(*) FROM pgsched.jobs j
+        WHERE j.state = 'available'
+          AND (SELECT pg_catalog.count(*) FROM pgsched.ready r
+               WHERE r.id = j.id AND r.shard = j.shard AND r.queue = j.queue AND r.dispatch_group = j.dispatch_group
+                 AND r.dispatch_rank = j.dispatch_rank AND r.dispatch_at = j.dispatch_at
+                 AND r.priority = j.priority AND r.labels = j.labels AND r.tenant IS NOT DISTINCT FROM j.tenant
+                 AND r.concurrency_key IS NOT DISTINCT FROM j.concurrency_key) <> 1)
+     + (SELECT pg_catalog.count(*) FROM pgsched.ready r
+        WHERE NOT EXISTS (SELECT FROM pgsched.jobs j
+                          WHERE j.id = r.id AND j.shard = r.shard AND j.state = 'available'
+                            AND j.dispatch_at = r.dispatch_at)) AS disagree
+"""
+
+
+def assert_due_rows_agree(c: Conn) -> None:
+    """pgsched.ready holds one row per due job of pgsched.jobs, and nothing else."""
+    c.execute("RESET ROLE")
+    c.execute("RESET pgsched.tenant")
+    disagree = c.execute(DUE_ROWS_DISAGREE).fetchone()
+    assert disagree is not None
+    assert disagree["disagree"] == 0, "pgsched.ready does not match the due jobs"
+
+
 @pytest.fixture
 def conn(request: pytest.FixtureRequest) -> Iterator[Conn]:
-    """The test's connection: inside a transaction rolled back after the test, unless the test needs commits."""
+    """The test's connection: inside a transaction rolled back after the test, unless the test needs commits.
+    A rolled-back test ends by checking that pgsched.ready agrees with the due jobs, whatever the test did."""
     if request.node.get_closest_marker("commits") or _NEEDS_COMMITS & set(request.fixturenames):
         with psycopg.connect(request.getfixturevalue("dsn"), autocommit=True, row_factory=dict_row) as c:
             yield c
@@ -55,6 +82,7 @@ def conn(request: pytest.FixtureRequest) -> Iterator[Conn]:
     shared: Conn = request.getfixturevalue("rollback_conn")
     with shared.transaction(force_rollback=True):
         yield shared
+        assert_due_rows_agree(shared)
 
 
 @pytest.fixture

@@ -84,11 +84,11 @@ SELECT pgsched.unregister_worker(%s);
 
 -- name: due_queues
 -- The queues that hold due jobs, for a worker serving '*': one probe of the
--- claim index per queue (a loose index scan), whatever the backlog.
+-- claim index (pgsched.ready's) per queue (a loose index scan), whatever the backlog.
 WITH RECURSIVE q AS (
-    (SELECT j.queue FROM pgsched.jobs j WHERE j.state = 'available' ORDER BY j.queue LIMIT 1)
+    (SELECT j.queue FROM pgsched.ready j ORDER BY j.queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.queue FROM pgsched.jobs j WHERE j.state = 'available' AND j.queue > q.queue
+    SELECT (SELECT j.queue FROM pgsched.ready j WHERE j.queue > q.queue
             ORDER BY j.queue LIMIT 1)
     FROM q WHERE q.queue IS NOT NULL
 )
@@ -101,9 +101,9 @@ SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 -- flight commits, per queue, counted up to 10000, with the queue's limits.
 SELECT d.queue, pg_catalog.count(*) AS due, d.concurrency, d.key_concurrency, d.rate, d.key_rate
 FROM (SELECT j.queue, q.concurrency, q.key_concurrency, q.rate, q.key_rate
-      FROM pgsched.jobs j
+      FROM pgsched.ready j
       LEFT JOIN pgsched.queues q ON q.name = j.queue
-      WHERE j.state = 'available' AND j.queue = ANY (%s::text[])
+      WHERE j.queue = ANY (%s::text[])
         AND (j.labels = '{}' OR j.labels <@ %s::text[])
         AND q.paused IS NOT TRUE
       LIMIT 10000) d
@@ -112,6 +112,10 @@ ORDER BY d.queue;
 
 -- name: vacuum_candidates
 SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates(%s, %s);
+
+-- name: rotate_ready
+-- The ring of due jobs: open the next slot, empty the drained ones (the vacuum thread, every second).
+SELECT slot, action, moved FROM pgsched.rotate_ready();
 
 -- name: report_progress
 SELECT job_id, kept FROM pgsched.report_progress(%s::bigint[], %s::bigint[], %s::real[], %s::text[]);

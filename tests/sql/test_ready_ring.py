@@ -1,0 +1,170 @@
+"""pgsched.ready, the due jobs' ring of slots, and pgsched.rotate_ready(), which turns it and empties drained slots.
+
+Every rolled-back test of this folder also checks, at its end, that pgsched.ready holds exactly one row per due
+job (tests/sql/conftest.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from tests.sql.helpers import Conn, cancel, claim, enqueue, enqueue_many, refused, scalar
+from tests.sql.test_roles import MakeRole, make_role  # noqa: F401  (a fixture)
+
+
+def rotate(conn: Conn, period: str = "1 microsecond", move: int = 10000) -> list[tuple[int, str, Any]]:
+    rows = conn.execute("SELECT * FROM pgsched.rotate_ready(%s::interval, %s)", (period, move)).fetchall()
+    return [(r["slot"], r["action"], r["moved"]) for r in rows]
+
+
+def open_slot(conn: Conn) -> int:
+    return int(scalar(conn, "SELECT slot FROM pgsched.ready_ring WHERE closed_at IS NULL"))
+
+
+def slots_of(conn: Conn, ids: list[int]) -> set[int]:
+    return {r["slot"] for r in conn.execute("SELECT slot FROM pgsched.ready WHERE id = ANY (%s)", (ids,)).fetchall()}
+
+
+def pages(conn: Conn, slot: int) -> int:
+    return int(scalar(conn, "SELECT pg_relation_size(format('pgsched.ready_s%%s', %s::int)::regclass)", (slot,)))
+
+
+def test_due_jobs_enter_the_open_slot_and_the_ring_turns_after_its_period(conn: Conn) -> None:
+    first = open_slot(conn)
+    ids = enqueue_many(conn, ["t"] * 3)
+    assert slots_of(conn, ids) == {first}
+    assert rotate(conn, period="1 hour") == []  # not yet: the slot (opened at install) has not had its hour
+    assert open_slot(conn) == first
+    opened = [r for r in rotate(conn) if r[1] == "opened"]
+    assert len(opened) == 1
+    assert opened[0][0] == open_slot(conn) != first
+    later = enqueue(conn)
+    assert slots_of(conn, [later]) == {open_slot(conn)}
+    assert {r["id"] for r in claim(conn, 10)} == {*ids, later}
+
+
+def test_jobs_not_due_have_no_row_until_they_are(conn: Conn) -> None:
+    future = enqueue(conn, run_at="2999-01-01T00:00:00Z")
+    assert slots_of(conn, [future]) == set()
+    conn.execute("SELECT pgsched.promote_due(p_now => '2999-01-02T00:00:00Z')")
+    assert len(slots_of(conn, [future])) == 1
+
+
+def test_a_drained_slot_is_emptied_whole(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["t"] * 50)
+    (slot,) = slots_of(conn, ids)
+    rotate(conn)  # another slot opens
+    assert len(claim(conn, 100)) == 50
+    assert pages(conn, slot) > 0  # dead rows, until the slot is emptied
+    assert (slot, "emptied", 0) in rotate(conn)
+    assert pages(conn, slot) == 0
+
+
+def test_due_jobs_left_in_a_closed_slot_move_to_the_open_one(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["t"] * 3)
+    (slot,) = slots_of(conn, ids)
+    rotate(conn)
+    into = open_slot(conn)
+    assert (slot, "emptied", 3) in rotate(conn)
+    assert slots_of(conn, ids) == {into}
+    assert {r["id"] for r in claim(conn, 10)} == set(ids)
+
+
+def test_a_slot_with_more_due_jobs_than_p_move_is_kept(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["t"] * 5)
+    (slot,) = slots_of(conn, ids)
+    rotate(conn)
+    assert (slot, "kept", 3) in rotate(conn, move=2)
+    assert slots_of(conn, ids) == {slot}
+
+
+def test_rows_of_jobs_no_longer_due_are_dropped_by_the_claim_and_the_rotation(conn: Conn) -> None:
+    running = enqueue(conn)
+    claim(conn, 1)
+    stray = (
+        "INSERT INTO pgsched.ready (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority,"
+        " labels) SELECT %s, 'default', '', 0, '2000-01-01', j.id, j.shard, 0, '{}' FROM pgsched.jobs j WHERE j.id = %s"
+    )
+    conn.execute(stray, (open_slot(conn), running))
+    assert claim(conn, 10) == []  # it skips the row, and removes it
+    assert slots_of(conn, [running]) == set()
+    conn.execute(stray, (open_slot(conn), running))
+    (slot,) = slots_of(conn, [running])
+    rotate(conn)
+    assert (slot, "emptied", 0) in rotate(conn)
+    assert slots_of(conn, [running]) == set()
+
+
+def test_a_cancelled_or_moved_job_takes_its_row_along(conn: Conn) -> None:
+    gone, moved = enqueue(conn), enqueue(conn, idempotency_key=f"k{secrets.token_hex(4)}")
+    assert cancel(conn, gone) == "cancelled"
+    conn.execute("UPDATE pgsched.jobs SET priority = 7 WHERE id = %s", (moved,))
+    rows = conn.execute("SELECT id, priority, dispatch_rank FROM pgsched.ready").fetchall()
+    assert rows == [{"id": moved, "priority": 7, "dispatch_rank": -7}]
+
+
+def test_rotate_ready_checks_its_arguments(conn: Conn) -> None:
+    with refused("22023"):
+        rotate(conn, period="0 seconds")
+    with refused("22023"):
+        rotate(conn, move=-1)
+
+
+@pytest.fixture
+def pinned(dsn: str) -> Iterator[None]:
+    """A session idle in a transaction that took an xid: VACUUM can remove no row version that dies after it."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT pg_current_xact_id()")
+        yield
+        holder.rollback()
+
+
+def test_a_pinned_horizon_does_not_keep_the_dead_rows_of_claimed_jobs(dsn: str, pinned: None) -> None:
+    """The point of the ring: with the horizon held, VACUUM removes nothing, yet the slot's files go whole."""
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as c:
+        ids = enqueue_many(c, ["t"] * 500)
+        (slot,) = slots_of(c, ids)
+        rotate(c)
+        while claim(c, 100):
+            pass
+        c.execute(f"VACUUM pgsched.ready_s{slot}")
+        assert pages(c, slot) > 0  # nothing removable: the horizon is held
+        assert (slot, "emptied", 0) in rotate(c)
+        assert pages(c, slot) == 0
+
+
+def test_a_slot_someone_holds_a_lock_on_is_left_for_later_without_waiting(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as c, psycopg.connect(dsn) as reader:
+        ids = enqueue_many(c, ["t"] * 3)
+        (slot,) = slots_of(c, ids)
+        rotate(c)
+        claim(c, 10)
+        reader.execute(f"SELECT count(*) FROM pgsched.ready_s{slot}")  # holds ACCESS SHARE until it ends
+        assert (slot, "busy", None) in rotate(c)
+        reader.rollback()
+        assert (slot, "emptied", 0) in rotate(c)
+
+
+def test_only_workers_turn_the_ring(conn: Conn, make_role: MakeRole) -> None:  # noqa: F811
+    del conn
+    with psycopg.connect(make_role("pgsched_enqueue"), autocommit=True) as c:
+        with refused("42501"):
+            c.execute("SELECT * FROM pgsched.rotate_ready()")
+        with refused("42501"):
+            c.execute("SELECT * FROM pgsched.ready")
+    with psycopg.connect(make_role("pgsched_worker"), autocommit=True) as c:
+        c.execute("SELECT * FROM pgsched.rotate_ready()")
+
+
+def test_a_tenant_bound_worker_sees_only_its_tenants_due_rows(dsn: str, make_role: MakeRole) -> None:  # noqa: F811
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as c:
+        mine, theirs = enqueue(c, tenant="A"), enqueue(c, tenant="B")
+    with psycopg.connect(make_role("pgsched_worker", tenant="A"), autocommit=True) as c:
+        assert [r[0] for r in c.execute("SELECT id FROM pgsched.ready").fetchall()] == [mine]
+        assert theirs != mine
