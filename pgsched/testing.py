@@ -34,7 +34,7 @@ from pgsched.db import schema
 
 ENV = "PGSCHED_TESTING_DSN"
 # Settings, not data: kept between tests.
-_KEPT = ("config", "alembic_version", "shard_leases")
+_KEPT = ("config", "alembic_version", "shard_leases", "ready_ring")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,7 +58,7 @@ def prepare(dsn: str) -> None:
 
 
 def clean(conn: psycopg.Connection[Any]) -> None:
-    """Empty every pgsched table but its settings (config, shard leases, the schema revision)."""
+    """Empty every pgsched table but its settings (config, shard leases, the ready ring, the schema revision)."""
     tables = conn.execute(
         "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = 'pgsched' AND c.relkind IN ('r', 'p') AND NOT c.relispartition"

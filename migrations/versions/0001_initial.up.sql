@@ -5504,7 +5504,15 @@ BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_ring')) THEN
         RETURN;
     END IF;
+    -- The ring's rows emptied by hand (every slot closed, or none there): slot 0, where rows then go, is open.
+    INSERT INTO pgsched.ready_ring AS g (slot, opened_at, closed_at)
+    SELECT s, v_now, v_now FROM pg_catalog.generate_series(0, 7) s
+    ON CONFLICT (slot) DO NOTHING;
     SELECT * INTO v_open FROM pgsched.ready_ring g WHERE g.closed_at IS NULL;
+    IF NOT FOUND THEN
+        UPDATE pgsched.ready_ring g SET opened_at = v_now, closed_at = NULL WHERE g.slot = 0
+        RETURNING * INTO v_open;
+    END IF;
 
     -- Empty the slots closed long enough ago, oldest first.
     FOR v_slot IN
@@ -6340,7 +6348,8 @@ $$;
 -- ring: one INSERT for the whole statement, whoever wrote the rows (the
 -- enqueue functions, retry, the scanners' occurrences, a plain INSERT). Rows
 -- that are not due enter pgsched.ready when they become due
--- (tg_jobs__ready_row).
+-- (tg_jobs__ready_row). With no slot open (the ring emptied by hand), slot 0
+-- takes them, and rotate_ready opens one again.
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__ready_rows()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -6349,7 +6358,7 @@ AS $$
 BEGIN
     INSERT INTO pgsched.ready
         (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant, concurrency_key)
-    SELECT (SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL),
+    SELECT coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0),
            n.queue, n.dispatch_group, n.dispatch_rank, n.dispatch_at, n.id, n.shard, n.priority, n.labels, n.tenant,
            n.concurrency_key
     FROM new_jobs n
@@ -6382,7 +6391,7 @@ BEGIN
         INSERT INTO pgsched.ready
             (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant,
              concurrency_key)
-        VALUES ((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL),
+        VALUES (coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0),
                 NEW.queue, NEW.dispatch_group, NEW.dispatch_rank, NEW.dispatch_at, NEW.id, NEW.shard, NEW.priority,
                 NEW.labels, NEW.tenant, NEW.concurrency_key);
     END IF;

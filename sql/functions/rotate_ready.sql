@@ -43,7 +43,15 @@ BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_ring')) THEN
         RETURN;
     END IF;
+    -- The ring's rows emptied by hand (every slot closed, or none there): slot 0, where rows then go, is open.
+    INSERT INTO pgsched.ready_ring AS g (slot, opened_at, closed_at)
+    SELECT s, v_now, v_now FROM pg_catalog.generate_series(0, 7) s
+    ON CONFLICT (slot) DO NOTHING;
     SELECT * INTO v_open FROM pgsched.ready_ring g WHERE g.closed_at IS NULL;
+    IF NOT FOUND THEN
+        UPDATE pgsched.ready_ring g SET opened_at = v_now, closed_at = NULL WHERE g.slot = 0
+        RETURNING * INTO v_open;
+    END IF;
 
     -- Empty the slots closed long enough ago, oldest first.
     FOR v_slot IN

@@ -168,3 +168,13 @@ def test_a_tenant_bound_worker_sees_only_its_tenants_due_rows(dsn: str, make_rol
     with psycopg.connect(make_role("pgsched_worker", tenant="A"), autocommit=True) as c:
         assert [r[0] for r in c.execute("SELECT id FROM pgsched.ready").fetchall()] == [mine]
         assert theirs != mine
+
+
+def test_a_ring_emptied_by_hand_still_takes_due_jobs_and_is_set_up_again(conn: Conn) -> None:
+    conn.execute("DELETE FROM pgsched.ready_ring")
+    job = enqueue(conn)
+    assert slots_of(conn, [job]) == {0}
+    rotate(conn, period="1 hour")
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready_ring")) == 8
+    assert open_slot(conn) == 0
+    assert [r["id"] for r in claim(conn, 1)] == [job]
