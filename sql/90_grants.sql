@@ -44,7 +44,8 @@ GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts
               trace_context, concurrency_key)
     ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
-GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
+GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters,
+    pgsched.ready
     TO pgsched_enqueue;
 
 GRANT EXECUTE ON FUNCTION

@@ -2162,6 +2162,8 @@ DECLARE
     v_scan integer;
     v_ids bigint[] := '{}';
     v_shards smallint[] := '{}';
+    v_slots smallint[] := '{}';
+    v_rows tid[] := '{}';
     v_room jsonb := '{}';
     v_left integer;
     v_cand record;
@@ -2194,7 +2196,7 @@ BEGIN
 
     -- Its due jobs in strict order, from pgsched.ready (as claim()).
     FOR v_cand IN
-        SELECT r.id, r.shard, r.concurrency_key
+        SELECT r.id, r.shard, r.concurrency_key, r.slot, r.ctid AS row_at
         FROM pgsched.ready r
         WHERE r.queue = p_queue
           AND (r.labels = '{}' OR r.labels <@ coalesce(p_labels, '{}'))
@@ -2210,6 +2212,8 @@ BEGIN
         END IF;
         v_ids := v_ids || v_cand.id;
         v_shards := v_shards || v_cand.shard;
+        v_slots := v_slots || v_cand.slot;
+        v_rows := v_rows || v_cand.row_at;
     END LOOP;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;
@@ -2237,11 +2241,13 @@ BEGIN
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
             RETURNING j.*
         ), taken AS (
-            -- Their due rows leave pgsched.ready (found by their claim-order key).
+            -- Their due rows leave pgsched.ready, found by the addresses read above (and their ids: a row
+            -- that moved is left, never another job's), whatever the statistics say.
             DELETE FROM pgsched.ready r
-            USING leased l
-            WHERE r.queue = l.queue AND r.dispatch_group = l.dispatch_group AND r.dispatch_rank = l.dispatch_rank
-              AND r.dispatch_at = l.dispatch_at AND r.id = l.id
+            WHERE r.ctid = ANY (v_rows)
+              AND (r.slot, r.ctid, r.id) IN (SELECT u.slot, u.row_at, u.id
+                                             FROM unnest(v_slots, v_rows, v_ids) AS u(slot, row_at, id)
+                                             WHERE u.id IN (SELECT l.id FROM leased l))
         ), started AS (
             -- The window keeps the starts inside the period, oldest first.
             INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)
@@ -3094,6 +3100,19 @@ $$;
 -- A queue with limits (concurrency or rate) is claimed by _claim_limited,
 -- one claimer at a time. Tenant fairness needs no path of its own: its
 -- shares are in the stamps the index is ordered by (_fair_stamp).
+--
+-- starts: how many of the claimed jobs take a free handler slot at once
+-- (start_tasks: only jobs of these tasks; NULL: any). The first `starts` in
+-- claim order are recorded as started by the claim itself (started_at,
+-- deadline_at: what pgsched.start() records), so a job that runs at once
+-- costs no start() statement and no second row version; they come back with
+-- started_at and timeout set. The others (and a job whose cancel was
+-- requested) have started_at NULL: start() records them when a slot takes
+-- them. Queues with limits start nothing here.
+-- The signature before starts and start_tasks (and its result without
+-- started_at and timeout) is replaced, not overloaded, so a call with seven
+-- arguments stays unambiguous.
+DROP FUNCTION IF EXISTS pgsched.claim(text, text[], integer, interval, text[], integer, timestamptz);
 CREATE OR REPLACE FUNCTION pgsched.claim(
     worker      text,
     queues      text[],
@@ -3101,12 +3120,15 @@ CREATE OR REPLACE FUNCTION pgsched.claim(
     lease       interval,
     labels      text[]      DEFAULT '{}',
     start_shard integer     DEFAULT NULL,
-    p_now       timestamptz DEFAULT NULL
+    p_now       timestamptz DEFAULT NULL,
+    starts      integer     DEFAULT 0,
+    start_tasks text[]      DEFAULT NULL
 )
 RETURNS TABLE (
     id bigint, shard smallint, queue text, task text, args jsonb, attempt integer,
     max_attempts integer, lease_token bigint, idempotency_key text, run_at timestamptz,
-    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb
+    priority integer, tenant text, created_at timestamptz, lease_expires_at timestamptz, trace_context jsonb,
+    started_at timestamptz, timeout interval
 )
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
@@ -3128,6 +3150,7 @@ DECLARE
     v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_queues text[];
     v_left integer := claim.n;
+    v_starts integer := greatest(coalesce(claim.starts, 0), 0);
     v_got integer;
     v_queue text;
     v_nq integer;
@@ -3156,8 +3179,9 @@ BEGIN
            OR pq.key_rate IS NOT NULL);
     IF v_limited IS NOT NULL THEN
         FOREACH v_queue IN ARRAY v_limited LOOP
-            RETURN QUERY SELECT * FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
-                                                              claim.labels, v_scope, v_now);
+            RETURN QUERY SELECT l.*, NULL::timestamptz, NULL::interval
+                         FROM pgsched._claim_limited(claim.worker, v_queue, v_left, claim.lease,
+                                                     claim.labels, v_scope, v_now) l;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_left := v_left - v_got;
             IF v_left <= 0 THEN
@@ -3183,7 +3207,7 @@ BEGIN
         -- change that raced a claim) goes.
         RETURN QUERY
         WITH due AS MATERIALIZED (
-            SELECT r.slot, r.id, r.shard, r.dispatch_group, r.dispatch_rank, r.dispatch_at
+            SELECT r.slot, r.ctid AS row_at, r.id, r.shard, r.dispatch_group, r.dispatch_rank, r.dispatch_at
             FROM pgsched.ready r
             WHERE r.queue = v_queue
               -- the first arm keeps the row estimate right (most jobs need no labels)
@@ -3194,21 +3218,33 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         ), locked AS MATERIALIZED (
             -- ids as an array: one index probe each, never a scan of the partition
-            SELECT j.id
+            SELECT j.id, j.task, j.cancel_requested_at
             FROM pgsched.jobs j
             WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
               AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
               AND j.state = 'available' AND j.queue = v_queue
             FOR UPDATE SKIP LOCKED
+        ), gone AS MATERIALIZED (
+            -- the rows of the jobs leased, and those whose job is no longer due
+            SELECT d.slot, d.row_at, d.id
+            FROM due d
+            WHERE d.id = ANY (ARRAY(SELECT l.id FROM locked l))
+               OR NOT EXISTS (SELECT FROM pgsched.jobs j
+                              WHERE j.id = d.id AND j.shard = d.shard AND j.state = 'available' AND j.queue = v_queue)
         ), taken AS (
+            -- by their row addresses (locked above, so they stay put): whatever the statistics say, no index
+            -- scan of the queue's rows
             DELETE FROM pgsched.ready r
-            USING due d
-            WHERE r.slot = d.slot AND r.queue = v_queue AND r.dispatch_group = d.dispatch_group
-              AND r.dispatch_rank = d.dispatch_rank AND r.dispatch_at = d.dispatch_at AND r.id = d.id
-              AND (d.id = ANY (ARRAY(SELECT l.id FROM locked l))
-                   OR NOT EXISTS (SELECT FROM pgsched.jobs j
-                                  WHERE j.id = d.id AND j.shard = d.shard AND j.state = 'available'
-                                    AND j.queue = v_queue))
+            WHERE r.ctid = ANY (ARRAY(SELECT g.row_at FROM gone g))
+              AND (r.slot, r.ctid, r.id) IN (SELECT g.slot, g.row_at, g.id FROM gone g)
+        ), starting AS MATERIALIZED (
+            -- the first v_starts in claim order start now; the others when a slot takes them (start())
+            SELECT l.id
+            FROM locked l
+            JOIN due d ON d.id = l.id
+            WHERE l.cancel_requested_at IS NULL AND (claim.start_tasks IS NULL OR l.task = ANY (claim.start_tasks))
+            ORDER BY d.dispatch_group, d.dispatch_rank, d.dispatch_at, d.id
+            LIMIT v_starts
         ), leased AS (
             UPDATE pgsched.jobs j
             SET state = 'running',
@@ -3217,18 +3253,29 @@ BEGIN
                 leased_by = claim.worker,
                 lease_expires_at = v_now + claim.lease,
                 claimed_at = v_now,
-                started_at = NULL  -- set by start(), when a handler slot takes it
+                -- as start() records it
+                started_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s)) THEN v_now END,
+                deadline_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s))
+                    THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
+                                                      WHERE t.name = j.task AND (t.tenant IS NULL OR t.tenant = j.tenant)
+                                                      ORDER BY t.tenant NULLS LAST LIMIT 1))
+                    ELSE j.deadline_at END,
+                unserved_since = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s)) THEN NULL
+                                      ELSE j.unserved_since END
             WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
               AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
               AND j.state = 'available'
             RETURNING j.*
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
-               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context
+               l.idempotency_key, l.run_at, l.priority, l.tenant, l.created_at, l.lease_expires_at, l.trace_context,
+               l.started_at, l.deadline_at - l.started_at
         FROM leased l
         ORDER BY l.dispatch_group, l.dispatch_rank, l.dispatch_at, l.id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
+        -- (counted as if each started: a later queue's jobs then wait for start(), never start twice)
+        v_starts := greatest(v_starts - v_got, 0);
         IF v_left <= 0 THEN
             RETURN;
         END IF;
@@ -6971,7 +7018,8 @@ GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts
               trace_context, concurrency_key)
     ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
-GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters
+GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters,
+    pgsched.ready
     TO pgsched_enqueue;
 
 GRANT EXECUTE ON FUNCTION

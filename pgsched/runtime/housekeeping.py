@@ -4,7 +4,11 @@ partitions maintained, queue history rolled up; and a warning now and then about
 from __future__ import annotations
 
 import logging
+import random
+import threading
 import time
+
+import psycopg
 
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
@@ -16,7 +20,10 @@ UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live
 
 
 class LoneHousekeeping:
-    """Run from the worker's claim loop; each duty at its own interval (``enabled``: the worker's --housekeeping)."""
+    """Each duty at its own interval (``enabled``: the worker's --housekeeping), on a thread and a connection of
+    its own: a duty that takes long (expiring leases reads every dead index entry of the running jobs while
+    something pins the xmin horizon) never holds up the claim loop, so it costs no job its pickup time. The
+    claim loop only warns, now and then, about queues nobody serves (tick)."""
 
     def __init__(self, worker: str, *, enabled: bool, poll_interval: float, lease: float) -> None:
         self.worker = worker
@@ -28,19 +35,53 @@ class LoneHousekeeping:
         self._next_expiry = 0.0
         self._next_maintain = 0.0
         self.next_rollup = 0.0
+        self._stop = threading.Event()
+        self._db: Reconnecting | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, dsn: str, *, prepare: bool) -> None:
+        """Start the duties' thread (nothing to start without --housekeeping)."""
+        if not self.enabled:
+            return
+        self._db = Reconnecting(dsn, purpose=f"worker {self.worker} housekeeping", stop=self._stop, prepare=prepare)
+        self._thread = threading.Thread(target=self._loop, name="pgsched-housekeeping", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self._db is not None:
+            self._db.close()
+
+    def _loop(self) -> None:
+        assert self._db is not None
+        tick = min(self.poll_interval, 1.0)
+        while not self._stop.is_set():
+            try:
+                self.run_duties(self._db)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not self._stop.is_set():
+                    log.warning("housekeeping failed (%s); trying again later", exc)
+                self._db.discard()
+            except psycopg.Error as exc:
+                if not self._stop.is_set():
+                    log.warning("housekeeping failed: %s", exc)
+            self._stop.wait(tick * (0.8 + 0.4 * random.random()))
 
     def tick(self, claim_db: Reconnecting | None) -> None:
-        """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
+        """From the claim loop: now and then, a warning about queues no live worker serves."""
         now = time.monotonic()
         if now >= self._next_unserved_check and claim_db is not None:
             self._next_unserved_check = now + UNSERVED_CHECK_INTERVAL
             warn_unserved(claim_db.get(), self.worker)
-        if not self.enabled:
-            return
+
+    def run_duties(self, db: Reconnecting) -> None:
+        """Without a scanner, workers keep the promises themselves: due jobs promoted, dead leases expired."""
+        now = time.monotonic()
         if now < self._next_housekeeping:
             return
-        assert claim_db is not None
-        conn = claim_db.get()
+        conn = db.get()
         self._next_housekeeping = now + self.poll_interval
         conn.execute(queries.PROMOTE_DUE)
         if now >= self._next_expiry:

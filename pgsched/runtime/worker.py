@@ -205,6 +205,7 @@ class Worker:
         if opts.housekeeping and opts.vacuum_interval > 0:
             self._vacuumer = Vacuumer(dsn, interval=opts.vacuum_interval, purpose=f"worker {self.name}")
             self._vacuumer.start()
+        self._housekeeping.start(dsn, prepare=opts.prepare)
         if opts.housekeeping:
             self._keeper = ScheduleKeeper(dsn, self.name, prepare=opts.prepare)
             self._keeper.start()
@@ -554,6 +555,7 @@ class Worker:
             self._vacuumer.close()
         if self._keeper is not None:
             self._keeper.close()
+        self._housekeeping.close()
         self._executor.shutdown()
         self._giving_up.set()
         if self._claim_db is not None:

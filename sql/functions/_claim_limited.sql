@@ -42,6 +42,8 @@ DECLARE
     v_scan integer;
     v_ids bigint[] := '{}';
     v_shards smallint[] := '{}';
+    v_slots smallint[] := '{}';
+    v_rows tid[] := '{}';
     v_room jsonb := '{}';
     v_left integer;
     v_cand record;
@@ -74,7 +76,7 @@ BEGIN
 
     -- Its due jobs in strict order, from pgsched.ready (as claim()).
     FOR v_cand IN
-        SELECT r.id, r.shard, r.concurrency_key
+        SELECT r.id, r.shard, r.concurrency_key, r.slot, r.ctid AS row_at
         FROM pgsched.ready r
         WHERE r.queue = p_queue
           AND (r.labels = '{}' OR r.labels <@ coalesce(p_labels, '{}'))
@@ -90,6 +92,8 @@ BEGIN
         END IF;
         v_ids := v_ids || v_cand.id;
         v_shards := v_shards || v_cand.shard;
+        v_slots := v_slots || v_cand.slot;
+        v_rows := v_rows || v_cand.row_at;
     END LOOP;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN;
@@ -117,11 +121,13 @@ BEGIN
             WHERE j.shard = v_shard AND j.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND j.state = 'available'
             RETURNING j.*
         ), taken AS (
-            -- Their due rows leave pgsched.ready (found by their claim-order key).
+            -- Their due rows leave pgsched.ready, found by the addresses read above (and their ids: a row
+            -- that moved is left, never another job's), whatever the statistics say.
             DELETE FROM pgsched.ready r
-            USING leased l
-            WHERE r.queue = l.queue AND r.dispatch_group = l.dispatch_group AND r.dispatch_rank = l.dispatch_rank
-              AND r.dispatch_at = l.dispatch_at AND r.id = l.id
+            WHERE r.ctid = ANY (v_rows)
+              AND (r.slot, r.ctid, r.id) IN (SELECT u.slot, u.row_at, u.id
+                                             FROM unnest(v_slots, v_rows, v_ids) AS u(slot, row_at, id)
+                                             WHERE u.id IN (SELECT l.id FROM leased l))
         ), started AS (
             -- The window keeps the starts inside the period, oldest first.
             INSERT INTO pgsched.rate_windows AS w (queue, rate_key, starts)

@@ -126,7 +126,11 @@ def test_steps_in_an_async_handler_on_a_worker(app: App, conn: Conn, start_worke
 def test_a_stale_run_cannot_record_a_step_or_read_the_new_ones(app: App, conn: Conn) -> None:
     job_id = app.enqueue("steps.any")
     with psycopg.connect(app.dsn, autocommit=True) as db:
-        claim = "SELECT * FROM pgsched.claim('w', ARRAY['default'], 1, interval '30 seconds', '{}', NULL, %s)"
+        claim = (
+            "SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,"
+            " priority, tenant, created_at, lease_expires_at, trace_context"
+            " FROM pgsched.claim('w', ARRAY['default'], 1, interval '30 seconds', '{}', NULL, %s)"
+        )
         now = conn.execute("SELECT now() AS now").fetchone()["now"]  # type: ignore[index]
         with db.cursor(row_factory=class_row(ClaimedJob)) as cur:
             [old] = cur.execute(claim, [now]).fetchall()

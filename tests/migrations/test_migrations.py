@@ -98,9 +98,10 @@ def test_the_dump_covers_every_kind_of_object(fresh_dump: Dump) -> None:
         "type",
         "config",
     }
-    assert ("function", "pgsched.claim(text,text[],integer,interval,text[],integer,timestamp with time zone)") in (
-        fresh_dump
-    )
+    assert (
+        "function",
+        "pgsched.claim(text,text[],integer,interval,text[],integer,timestamp with time zone,integer,text[])",
+    ) in (fresh_dump)
     assert ("relation", "alembic_version") not in fresh_dump
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -194,3 +195,48 @@ def test_claim_refuses_a_useless_request(conn: Conn, n: int, lease: timedelta) -
         claim(conn, n, lease=lease)
     row = conn.execute("SELECT state FROM pgsched.jobs").fetchone()
     assert row == {"state": "available"}
+
+
+def claim_starting(
+    conn: Conn, n: int, starts: int, now: datetime, start_tasks: list[str] | None = None
+) -> list[dict[str, Any]]:
+    return conn.execute(
+        "SELECT * FROM pgsched.claim('w1', ARRAY['default'], %s, interval '30 seconds', '{}', 0, %s,"
+        " starts => %s, start_tasks => %s)",
+        [n, now, starts, start_tasks],
+    ).fetchall()
+
+
+def test_claim_starts_the_first_jobs_it_is_asked_to(conn: Conn, now: datetime) -> None:
+    """starts => k: the first k jobs in dispatch order take a free handler slot at once, so the claim records
+    their start itself (started_at, and the deadline of a job with a time limit): no start() statement and no
+    second row version for them. The others wait for a slot, started_at NULL, as from a plain claim."""
+    first = insert_on_shard(conn, 0, priority=3, timeout=timedelta(seconds=40))
+    second = insert_on_shard(conn, 4, priority=2)
+    third = insert_on_shard(conn, 0, priority=1)
+    rows = {r["id"]: r for r in claim_starting(conn, 3, 2, now)}
+    assert (rows[first]["started_at"], rows[first]["timeout"]) == (now, timedelta(seconds=40))
+    assert (rows[second]["started_at"], rows[second]["timeout"]) == (now, None)
+    assert (rows[third]["started_at"], rows[third]["timeout"]) == (None, None)
+    stored = {i: job(conn, i) for i in (first, second, third)}
+    assert stored[first]["started_at"] == now
+    assert stored[first]["deadline_at"] == now + timedelta(seconds=40)
+    assert stored[second]["started_at"] == now
+    assert stored[third]["started_at"] is None
+    assert stored[third]["deadline_at"] is None
+
+
+def test_claim_starts_only_the_tasks_it_is_told_and_never_a_job_whose_cancel_was_requested(
+    conn: Conn, now: datetime
+) -> None:
+    known = enqueue(conn, "known")
+    unknown = enqueue(conn, "unknown")
+    cancelling = enqueue(conn, "known")
+    conn.execute("UPDATE pgsched.jobs SET cancel_requested_at = now() WHERE id = %s", (cancelling,))
+    rows = {r["id"]: r["started_at"] for r in claim_starting(conn, 3, 3, now, ["known"])}
+    assert rows == {known: now, unknown: None, cancelling: None}
+
+
+def test_a_claim_without_starts_starts_nothing(conn: Conn, now: datetime) -> None:
+    enqueue_many(conn, ["t"] * 3)
+    assert [r["started_at"] for r in claim_starting(conn, 3, 0, now)] == [None, None, None]

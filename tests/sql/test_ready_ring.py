@@ -157,7 +157,13 @@ def test_only_workers_turn_the_ring(conn: Conn, make_role: MakeRole) -> None:  #
         with refused("42501"):
             c.execute("SELECT * FROM pgsched.rotate_ready()")
         with refused("42501"):
-            c.execute("SELECT * FROM pgsched.ready")
+            c.execute("DELETE FROM pgsched.ready")
+        with refused("42501"):
+            c.execute(
+                "INSERT INTO pgsched.ready (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard,"
+                " priority, labels) VALUES (0, 'q', '', 0, now(), 1, 0, 0, '{}')"
+            )
+        c.execute("SELECT * FROM pgsched.ready")  # what pgsched.jobs shows it anyway
     with psycopg.connect(make_role("pgsched_worker"), autocommit=True) as c:
         c.execute("SELECT * FROM pgsched.rotate_ready()")
 

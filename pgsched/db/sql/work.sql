@@ -5,27 +5,19 @@ SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempot
        priority, tenant, created_at, lease_expires_at, trace_context
 FROM pgsched.claim(%s, %s::text[], %s, %s::interval, %s::text[], %s);
 
--- The claim, and in the same round trip the start of its first jobs (up to
--- at_once, of the tasks the worker knows): those that take a free handler slot at once.
+-- The claim, which also records the start of its first jobs (as many as
+-- at_once says, of the tasks this worker knows): those that take a free
+-- handler slot at once. One statement, one row version per job (no start()
+-- for them). The started ones come first, in claim order: the worker gives
+-- them the free slots.
 -- name: claim_and_start
-WITH c AS MATERIALIZED (
-    SELECT id, shard, queue, task, args, attempt, max_attempts, lease_token, idempotency_key, run_at,
-           priority, tenant, created_at, lease_expires_at, trace_context, pg_catalog.row_number() OVER () AS n
-    FROM pgsched.claim(%(worker)s, %(queues)s::text[], %(n)s, %(lease)s::interval, %(labels)s::text[],
-                       %(start_shard)s)
-), s AS MATERIALIZED (
-    SELECT s.job_id, s.outcome, s.timeout
-    FROM pgsched.start(ARRAY(SELECT c.id FROM c WHERE c.n <= %(at_once)s AND c.task = ANY (%(tasks)s) ORDER BY c.n),
-                       ARRAY(SELECT c.lease_token FROM c WHERE c.n <= %(at_once)s AND c.task = ANY (%(tasks)s)
-                             ORDER BY c.n),
-                       ARRAY(SELECT c.shard FROM c WHERE c.n <= %(at_once)s AND c.task = ANY (%(tasks)s)
-                             ORDER BY c.n)) s
-)
 SELECT c.id, c.shard, c.queue, c.task, c.args, c.attempt, c.max_attempts, c.lease_token, c.idempotency_key,
-       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, c.trace_context, s.outcome AS started,
-       extract(epoch FROM s.timeout)::float8 AS timeout
-FROM c LEFT JOIN s ON s.job_id = c.id
-ORDER BY c.n;
+       c.run_at, c.priority, c.tenant, c.created_at, c.lease_expires_at, c.trace_context,
+       CASE WHEN c.started_at IS NOT NULL THEN 'started' END AS started,
+       extract(epoch FROM c.timeout)::float8 AS timeout
+FROM pgsched.claim(%(worker)s, %(queues)s::text[], %(n)s, %(lease)s::interval, %(labels)s::text[], %(start_shard)s,
+                   starts => %(at_once)s, start_tasks => %(tasks)s::text[]) WITH ORDINALITY AS c
+ORDER BY c.started_at IS NULL, c.ordinality;
 
 -- When every queue of a short claim is at its rate limit: seconds until the
 -- next start is allowed (NULL: a start may be allowed now).
