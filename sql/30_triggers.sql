@@ -87,3 +87,8 @@ CREATE OR REPLACE TRIGGER tg_jobs__ready_gone
     FOR EACH ROW
     WHEN (OLD.state = 'available')
     EXECUTE FUNCTION pgsched.tg_jobs__ready_row();
+-- TRUNCATE of pgsched.jobs (tests, benchmarks, a reset by hand) empties the
+-- due rows with it: no row trigger sees it.
+CREATE OR REPLACE TRIGGER tg_jobs__ready_truncate
+    AFTER TRUNCATE ON pgsched.jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgsched.tg_jobs__ready_truncate();

@@ -95,6 +95,7 @@
 \ir functions/tg_jobs__dispatch.sql
 \ir functions/tg_jobs__ready_rows.sql
 \ir functions/tg_jobs__ready_row.sql
+\ir functions/tg_jobs__ready_truncate.sql
 \ir functions/tg_schedules__before_write.sql
 \ir functions/unbind_tenant.sql
 \ir functions/unregister_worker.sql

@@ -6446,6 +6446,21 @@ BEGIN
 END
 $$;
 
+-- functions/tg_jobs__ready_truncate.sql
+-- tg_jobs__ready_truncate
+-- contract: after TRUNCATE of pgsched.jobs, pgsched.ready is emptied too
+-- (its rows would name jobs that are gone).
+CREATE OR REPLACE FUNCTION pgsched.tg_jobs__ready_truncate()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    TRUNCATE pgsched.ready;
+    RETURN NULL;
+END
+$$;
+
 -- functions/tg_schedules__before_write.sql
 -- tg_schedules__before_write
 -- contract: a schedule lives on the shard of its name; any change to what a
@@ -6797,6 +6812,11 @@ CREATE OR REPLACE TRIGGER tg_jobs__ready_gone
     FOR EACH ROW
     WHEN (OLD.state = 'available')
     EXECUTE FUNCTION pgsched.tg_jobs__ready_row();
+-- TRUNCATE of pgsched.jobs (tests, benchmarks, a reset by hand) empties the
+-- due rows with it: no row trigger sees it.
+CREATE OR REPLACE TRIGGER tg_jobs__ready_truncate
+    AFTER TRUNCATE ON pgsched.jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgsched.tg_jobs__ready_truncate();
 
 -- 40_views.sql
 -- pgsched: views, the operator's surface. Per queue, never only averages.

@@ -184,3 +184,11 @@ def test_a_ring_emptied_by_hand_still_takes_due_jobs_and_is_set_up_again(conn: C
     assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready_ring")) == 8
     assert open_slot(conn) == 0
     assert [r["id"] for r in claim(conn, 1)] == [job]
+
+
+def test_truncating_the_jobs_empties_their_due_rows(conn: Conn) -> None:
+    enqueue_many(conn, ["t"] * 3)
+    conn.execute("TRUNCATE pgsched.jobs")
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready")) == 0
+    later = enqueue(conn)
+    assert [r["id"] for r in claim(conn, 5)] == [later]
