@@ -10,8 +10,8 @@
 --   - A slot closed at least p_period ago that holds pages is emptied: under
 --     an ACCESS EXCLUSIVE lock taken within lock_timeout (claims wait for it
 --     a few milliseconds at most; held: tried again at the next call), its
---     due jobs that are still there (at most p_move: a backlog, a paused
---     queue, labels no worker offers) move to the open slot, rows whose job
+--     due jobs that are still there (at most p_move: the tail of a backlog,
+--     a paused queue, labels no worker offers) move to the open slot, rows whose job
 --     is no longer due are dropped, and TRUNCATE gives its files back whole:
 --     no vacuum, and no xmin horizon, is needed for that.
 -- Callers at the same time do not wait for each other: the one that gets the
@@ -19,7 +19,7 @@
 -- scanners call it every second (pgsched/runtime/vacuumer.py).
 CREATE OR REPLACE FUNCTION pgsched.rotate_ready(
     p_period interval DEFAULT interval '1 second',
-    p_move   integer  DEFAULT 10000
+    p_move   integer  DEFAULT 1000
 )
 RETURNS TABLE (slot smallint, action text, moved bigint)
 LANGUAGE plpgsql SECURITY DEFINER
