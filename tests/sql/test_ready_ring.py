@@ -192,3 +192,9 @@ def test_truncating_the_jobs_empties_their_due_rows(conn: Conn) -> None:
     assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready")) == 0
     later = enqueue(conn)
     assert [r["id"] for r in claim(conn, 5)] == [later]
+
+
+def test_truncating_the_jobs_and_their_due_rows_in_one_statement_works(conn: Conn) -> None:
+    enqueue_many(conn, ["t"] * 3)
+    conn.execute("TRUNCATE pgsched.jobs, pgsched.ready")
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready")) == 0
