@@ -301,3 +301,33 @@ def test_a_sync_wrapper_around_a_coroutine_function_is_awaited(
     start_worker()
     assert wait_state(conn, job_id, "completed")["result"] == 6
     assert ran == [3]
+
+
+def test_a_slow_housekeeping_pass_never_holds_up_a_claim(
+    app: App, conn: psycopg.Connection[Any], start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Housekeeping (promotions, lease expiry, roll-ups) runs on a thread and a connection of its own: a pass
+    that takes long, as expiring leases does while something pins the xmin horizon, delays no claim."""
+    from pgsched.runtime.housekeeping import LoneHousekeeping
+
+    release = threading.Event()
+    passes: list[float] = []
+    original = LoneHousekeeping.run_duties
+
+    def slow(self: LoneHousekeeping, db: Any) -> None:
+        original(self, db)
+        passes.append(time.monotonic())
+        release.wait(30.0)  # a pass that takes half a minute (or until the test ends)
+
+    monkeypatch.setattr(LoneHousekeeping, "run_duties", slow)
+
+    @app.task(name="quick")
+    def quick() -> None: ...
+
+    start_worker()
+    try:
+        wait_for(lambda: passes, what="the first housekeeping pass")
+        job_id = quick.enqueue()
+        wait_state(conn, job_id, "completed", timeout=10.0)  # within the 30 s the pass still takes
+    finally:
+        release.set()
