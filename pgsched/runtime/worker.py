@@ -331,14 +331,13 @@ class Worker:
         assert self._claim_db is not None
         self._shard_cursor += 1
         opts = self.options
-        # Idle (just woken, or polling an empty queue): one pass over all
-        # shards is cheapest. Busy: one shard at a time, rotating, so many
-        # claimers do not fight over the same rows.
+        # Busy: a rotating start, so a worker of several queues serves them in
+        # turn (the claim reads each queue's due jobs in one ordered scan).
         start_shard = None if not self._held else self._shard_cursor
 
         # Jobs that take a free slot at once have their start recorded by the
-        # claim's own round trip (pgsched.start(), fenced); the others when a
-        # slot takes them (the starter).
+        # claim itself (claim(..., starts => k): no start() statement, no second
+        # row version); the others when a slot takes them (the starter).
         at_once = min(n, self._executor.free_slots())
 
         def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None, float | None]]:
