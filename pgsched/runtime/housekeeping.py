@@ -56,7 +56,6 @@ class LoneHousekeeping:
 
     def _loop(self) -> None:
         assert self._db is not None
-        tick = min(self.poll_interval, 1.0)
         while not self._stop.is_set():
             try:
                 self.run_duties(self._db)
@@ -67,7 +66,8 @@ class LoneHousekeeping:
             except psycopg.Error as exc:
                 if not self._stop.is_set():
                     log.warning("housekeeping failed: %s", exc)
-            self._stop.wait(tick * (0.8 + 0.4 * random.random()))
+            # Until the next pass is due (a poll interval after the last one began), never later.
+            self._stop.wait(max(0.01, self._next_housekeeping - time.monotonic()))
 
     def tick(self, claim_db: Reconnecting | None) -> None:
         """From the claim loop: now and then, a warning about queues no live worker serves."""
@@ -82,7 +82,8 @@ class LoneHousekeeping:
         if now < self._next_housekeeping:
             return
         conn = db.get()
-        self._next_housekeeping = now + self.poll_interval
+        # Jittered a little (never later than a poll interval), so workers started together spread their passes.
+        self._next_housekeeping = now + self.poll_interval * (0.9 + 0.1 * random.random())
         conn.execute(queries.PROMOTE_DUE)
         if now >= self._next_expiry:
             self._next_expiry = now + max(1.0, self.lease / 4)
