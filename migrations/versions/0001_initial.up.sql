@@ -3147,7 +3147,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_clock timestamptz := pgsched._clock(p_now);
+    v_now timestamptz := coalesce(v_clock, pg_catalog.clock_timestamp());
     v_queues text[];
     v_left integer := claim.n;
     v_starts integer := greatest(coalesce(claim.starts, 0), 0);
@@ -3253,10 +3254,12 @@ BEGIN
                 leased_by = claim.worker,
                 lease_expires_at = v_now + claim.lease,
                 claimed_at = v_now,
-                -- as start() records it
-                started_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s)) THEN v_now END,
+                -- as start() records it: the clock when the row is written, so never before a
+                -- dependency's finished_at (its completion committed before this statement began)
+                started_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s))
+                                  THEN coalesce(v_clock, pg_catalog.clock_timestamp()) END,
                 deadline_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s))
-                    THEN v_now + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
+                    THEN coalesce(v_clock, pg_catalog.clock_timestamp()) + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
                                                       WHERE t.name = j.task AND (t.tenant IS NULL OR t.tenant = j.tenant)
                                                       ORDER BY t.tenant NULLS LAST LIMIT 1))
                     ELSE j.deadline_at END,
