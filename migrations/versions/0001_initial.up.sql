@@ -6391,6 +6391,19 @@ BEGIN
 END
 $$;
 
+-- functions/_ready_slot.sql
+-- _ready_slot
+-- contract: the slot of pgsched.ready that takes new rows: the open one of
+-- pgsched.ready_ring; with no slot open (the ring emptied by hand), slot 0
+-- (rotate_ready opens one again).
+CREATE OR REPLACE FUNCTION pgsched._ready_slot()
+RETURNS smallint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+    SELECT coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0::smallint)
+$$;
+
 -- functions/tg_jobs__ready_rows.sql
 -- tg_jobs__ready_rows
 -- contract: after each INSERT statement into pgsched.jobs, the due jobs it
@@ -6398,8 +6411,7 @@ $$;
 -- ring: one INSERT for the whole statement, whoever wrote the rows (the
 -- enqueue functions, retry, the scanners' occurrences, a plain INSERT). Rows
 -- that are not due enter pgsched.ready when they become due
--- (tg_jobs__ready_row). With no slot open (the ring emptied by hand), slot 0
--- takes them, and rotate_ready opens one again.
+-- (tg_jobs__ready_row).
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__ready_rows()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -6408,7 +6420,7 @@ AS $$
 BEGIN
     INSERT INTO pgsched.ready
         (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant, concurrency_key)
-    SELECT coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0),
+    SELECT pgsched._ready_slot(),
            n.queue, n.dispatch_group, n.dispatch_rank, n.dispatch_at, n.id, n.shard, n.priority, n.labels, n.tenant,
            n.concurrency_key
     FROM new_jobs n
@@ -6441,7 +6453,7 @@ BEGIN
         INSERT INTO pgsched.ready
             (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant,
              concurrency_key)
-        VALUES (coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0),
+        VALUES (pgsched._ready_slot(),
                 NEW.queue, NEW.dispatch_group, NEW.dispatch_rank, NEW.dispatch_at, NEW.id, NEW.shard, NEW.priority,
                 NEW.labels, NEW.tenant, NEW.concurrency_key);
     END IF;

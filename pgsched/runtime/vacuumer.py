@@ -76,7 +76,6 @@ class Vacuumer:
         self.analyzes = 0
         self.seconds = 0.0
         self.skipped = 0  # vacuums left out while the horizon stayed where it was
-        self.rotations: dict[str, int] = {}  # rotate_ready's actions (opened, emptied, busy, kept), counted
         # Per partition, the horizon (oldest holder's xid) seen right before its last vacuum here: while the
         # horizon is still that one, everything that vacuum could not remove is still unremovable.
         self._vacuumed_under: dict[str, str] = {}
@@ -120,7 +119,6 @@ class Vacuumer:
         """Turn the ring of due jobs (pgsched.rotate_ready): returns what it did to which slot."""
         rows: list[tuple[int, str, int | None]] = self._db.get().execute(queries.ROTATE_READY).fetchall()
         for slot, action, moved in rows:
-            self.rotations[action] = self.rotations.get(action, 0) + 1
             if action == "kept":
                 log.debug("ready slot %d kept: %s due jobs still in it", slot, moved)
         return rows

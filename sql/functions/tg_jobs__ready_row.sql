@@ -21,7 +21,7 @@ BEGIN
         INSERT INTO pgsched.ready
             (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant,
              concurrency_key)
-        VALUES (coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0),
+        VALUES (pgsched._ready_slot(),
                 NEW.queue, NEW.dispatch_group, NEW.dispatch_rank, NEW.dispatch_at, NEW.id, NEW.shard, NEW.priority,
                 NEW.labels, NEW.tenant, NEW.concurrency_key);
     END IF;

@@ -4,8 +4,7 @@
 -- ring: one INSERT for the whole statement, whoever wrote the rows (the
 -- enqueue functions, retry, the scanners' occurrences, a plain INSERT). Rows
 -- that are not due enter pgsched.ready when they become due
--- (tg_jobs__ready_row). With no slot open (the ring emptied by hand), slot 0
--- takes them, and rotate_ready opens one again.
+-- (tg_jobs__ready_row).
 CREATE OR REPLACE FUNCTION pgsched.tg_jobs__ready_rows()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -14,7 +13,7 @@ AS $$
 BEGIN
     INSERT INTO pgsched.ready
         (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant, concurrency_key)
-    SELECT coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0),
+    SELECT pgsched._ready_slot(),
            n.queue, n.dispatch_group, n.dispatch_rank, n.dispatch_at, n.id, n.shard, n.priority, n.labels, n.tenant,
            n.concurrency_key
     FROM new_jobs n
