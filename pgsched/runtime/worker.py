@@ -2,13 +2,16 @@
 
 Threads, each with its own connection: the claim loop (this module), the
 handler pool (executor.py), the starter, the completer, the heartbeater and
-the listener.
+the listener. The jobs it holds, and what becomes of each outcome, are held.py's:
+the executor hands outcomes through it to the completer; the worker hears
+only that a slot is free.
 No transaction is held open while a handler runs: the claim commits, the
 handler runs, the completion is a separate short statement.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -25,7 +28,6 @@ import psycopg
 from psycopg.rows import class_row, dict_row
 
 from pgsched.core.job import ClaimedJob, JobContext
-from pgsched.core.outcome import Kind, Outcome
 from pgsched.core.registry import Registry, sync_schedules
 from pgsched.core.version import VERSION
 from pgsched.db import queries
@@ -39,6 +41,7 @@ from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import Executor
 from pgsched.runtime.expansion import ScheduleKeeper
 from pgsched.runtime.heartbeater import Heartbeater
+from pgsched.runtime.held import Held
 from pgsched.runtime.housekeeping import LoneHousekeeping
 from pgsched.runtime.limits import resource_limits
 from pgsched.runtime.listener import Listener
@@ -68,9 +71,6 @@ class Worker:
             self.options.concurrency if self.options.prefetch is None else max(0, self.options.prefetch)
         )
         self._threshold = max(1, min(self.capacity // 2, self.options.concurrency))
-        self._held: dict[int, JobContext] = {}
-        self._stopped: list[JobContext] = []  # stopped when asked: hand back, do not fail
-        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()  # stop claiming
         self._giving_up = threading.Event()  # stop retrying connections
@@ -88,16 +88,29 @@ class Worker:
             "passed_over": 0,
         }
         self._recycle = False
+        self.metrics = WorkerMetrics(
+            name=self.name,
+            concurrency=self.options.concurrency,
+            running=lambda: len(self._held),
+            version=VERSION,
+            loops_abandoned=lambda: self._executor.loops_abandoned,
+            progress=lambda: [
+                (c.queue, c.task, c.id, c.last_progress[0]) for c in self._held.contexts() if c.last_progress
+            ],
+        )
+        self._held = Held(self.metrics, self.counts, on_free=self._slot_free)
         self._executor = Executor(
             self.options.concurrency,
             self.app.tasks.get,
-            self._on_done,
+            self._held.settle,
             pool=self.options.pool,
             app_ref=self.options.app_ref,
             max_abandoned=self.options.max_abandoned,
             on_recycle=self._on_recycle,
             loop_block_timeout=self.options.loop_block_timeout,
         )
+        self._held.interrupt = self._executor.cancel_async
+        self._executor.on_launch = self._held.launched
         self._completer: Completer | None = None
         self._starter: Starter | None = None
         self._heartbeater: Heartbeater | None = None
@@ -116,16 +129,6 @@ class Worker:
         self._next_rate_check = 0.0
         self._burst_said = ""  # the last --burst "held back" line, and when it was logged
         self._burst_said_at = 0.0
-        self.metrics = WorkerMetrics(
-            name=self.name,
-            concurrency=self.options.concurrency,
-            running=lambda: len(self._held),
-            version=VERSION,
-            loops_abandoned=lambda: self._executor.loops_abandoned,
-            progress=lambda: [
-                (c.queue, c.task, c.id, c.last_progress[0]) for c in list(self._held.values()) if c.last_progress
-            ],
-        )
         self._metrics_server: MetricsServer | None = None
         self._passer = PassOver(self.metrics, self.counts)
 
@@ -171,7 +174,7 @@ class Worker:
         self._completer = Completer(
             dsn,
             stop=self._giving_up,
-            on_written=self._on_written,
+            on_written=functools.partial(record_written, self.metrics, self.counts),
             prepare=opts.prepare,
             max_batch=opts.completion_batch,
             flush_interval=opts.completion_flush_interval,
@@ -181,24 +184,24 @@ class Worker:
             worker=self.name,
             lease=opts.lease,
             interval=opts.heartbeat_interval or opts.lease / 3,
-            held=self._lease_pairs,
-            on_lost=self._on_lease_lost,
-            on_cancel=self._on_cancel_requested,
+            held=self._held.leases,
+            on_lost=self._held.lose,
+            on_cancel=self._held.cancel,
             stop=threading.Event(),
             prepare=opts.prepare,
             listening=lambda: self._listener is not None and self._listener.connected.is_set(),
         )
+        self._held.completer = self._completer
         self._starter = Starter(dsn, launch=self._executor.launch, stop=self._giving_up, prepare=opts.prepare)
         self._executor.dsn = dsn  # the process pool's children enqueue into the same database
         self._executor.gate = self._starter.submit
-        self._executor.on_launch = self._on_launch
         if opts.listen:
             self._listener = Listener(
                 dsn,
                 opts.queues,
                 self._wake.set,
                 stop=threading.Event(),
-                on_cancel=self._on_cancel_requested,
+                on_cancel=self._held.cancel,
                 on_connect=self._heartbeater.kick,  # cancels sent while the listener was down
             )
             self._listener.start()
@@ -314,7 +317,7 @@ class Worker:
                 log.warning("claim failed (%s); reconnecting", exc)
                 self._stopping.wait(0.5)
                 continue
-            if opts.burst and claimed == 0 and not self._held and self._drained():
+            if opts.burst and claimed == 0 and not len(self._held) and self._drained():
                 log.info("no due work left: stopping (--burst)")
                 break
             if self._rate_wait is not None:
@@ -333,7 +336,7 @@ class Worker:
         opts = self.options
         # Busy: a rotating start, so a worker of several queues serves them in
         # turn (the claim reads each queue's due jobs in one ordered scan).
-        start_shard = None if not self._held else self._shard_cursor
+        start_shard = None if not len(self._held) else self._shard_cursor
 
         # Jobs that take a free slot at once have their start recorded by the
         # claim itself (claim(..., starts => k): no start() statement, no second
@@ -366,9 +369,7 @@ class Worker:
         if not jobs:
             return claimed
         contexts = [job_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
-        with self._lock:
-            for ctx in contexts:
-                self._held[ctx.id] = ctx
+        self._held.add(contexts)
         self.counts["claimed"] += len(jobs)
         claimed_at = time.monotonic()
         for ctx, due in zip(contexts, self.metrics.claimed_jobs([job for job, _, _ in jobs], opts.lease), strict=True):
@@ -420,73 +421,12 @@ class Worker:
             self._burst_said, self._burst_said_at = said, now
         return False
 
-    # -- callbacks from other threads -------------------------------------
+    # -- told by other threads ------------------------------------------
 
-    def _on_done(self, ctx: JobContext, outcome: Outcome) -> None:
-        if ctx._started:
-            self.metrics.observe_run(ctx.queue, ctx.task, time.perf_counter() - ctx._started)
-        if ctx.lease_lost and outcome.kind is not Kind.DISCARD:
-            log.warning(
-                "job %s finished after its lease was lost; result discarded (token %s is stale)",
-                ctx.id,
-                ctx.lease_token,
-                extra={"job_id": ctx.id, "task": ctx.task},
-            )
-            outcome = Outcome(ctx.job, Kind.DISCARD)
-        if ctx.stopping and outcome.kind is not Kind.DISCARD:
-            # Shutdown asked it to stop: whatever it returned or raised then,
-            # the run was cut short. Hand it back without spending an attempt
-            # (never recorded completed).
-            with self._lock:
-                if self._held.pop(ctx.id, None) is not None:
-                    self._stopped.append(ctx)
-            return
-        if ctx.cancel_requested and outcome.kind is Kind.COMPLETE:
-            # Returning after a cancel request acknowledges it: fail() records
-            # a cancel-requested job as cancelled (fenced by its token).
-            outcome = Outcome(
-                ctx.job,
-                Kind.FAIL,
-                result=outcome.result,
-                error="cancelled: the handler returned after the cancel request",
-            )
-        if outcome.kind is Kind.DISCARD:
-            self.counts["lost"] += 1
-            self.metrics.count(ctx.queue, ctx.task, "lost")
-        else:
-            assert self._completer is not None
-            self._completer.submit(outcome)
-        with self._lock:
-            self._held.pop(ctx.id, None)
-            free = self.capacity - len(self._held)
-        if free >= self._threshold:
+    def _slot_free(self, held: int) -> None:
+        """A job was let go (its outcome is with the completer): claim again once enough slots are free."""
+        if self.capacity - held >= self._threshold:
             self._wake.set()
-
-    def _on_written(self, outcome: Outcome, state: str) -> None:
-        record_written(self.metrics, self.counts, outcome, state)
-
-    def _lease_pairs(self) -> list[tuple[int, int]]:
-        with self._lock:  # not those let go (lost, or stuck behind a blocked loop): their leases run out
-            pairs = [(ctx.id, ctx.lease_token) for ctx in self._held.values() if not ctx.lease_lost]
-        if self._completer is not None:
-            pairs += self._completer.pending_jobs()
-        return pairs
-
-    def _on_launch(self, contexts: list[JobContext]) -> None:
-        """Observe the start lag of the handlers about to run: due until now, on the claim's clock."""
-        now = time.monotonic()
-        for ctx in contexts:
-            if ctx._due_at_claim is not None and not ctx.should_stop:
-                due, claimed_at = ctx._due_at_claim
-                self.metrics.observe_start_lag(ctx.queue, ctx.task, due + now - claimed_at)
-
-    def _on_lease_lost(self, job_id: int) -> None:
-        with self._lock:
-            ctx = self._held.get(job_id)
-        if ctx is not None and not ctx.lease_lost:
-            log.warning("job %s: lease lost; telling its handler to stop", job_id, extra={"job_id": job_id})
-            ctx._mark_lease_lost()
-            self._executor.cancel_async(job_id)
 
     def _on_recycle(self, abandoned: int) -> None:
         if not self._recycle:
@@ -498,14 +438,6 @@ class Worker:
             self._recycle = True
             self.stop()
 
-    def _on_cancel_requested(self, job_id: int) -> None:
-        with self._lock:
-            ctx = self._held.get(job_id)
-        if ctx is not None and not ctx.cancel_requested:
-            log.info("job %s: cancellation requested", job_id, extra={"job_id": job_id})
-            ctx._request_cancel()
-            self._executor.cancel_async(job_id)
-
     # -- shutdown --------------------------------------------------------
 
     def _shutdown(self) -> None:
@@ -514,35 +446,21 @@ class Worker:
         unstarted = self._executor.take_unstarted()
         if self._starter is not None:
             unstarted += self._starter.close()  # took a slot, start not yet recorded: never started
-        for ctx in unstarted:
-            with self._lock:
-                self._held.pop(ctx.id, None)
+        self._held.forget(unstarted)
         self._release(unstarted, "not started")
         self._stop_services()
 
         deadline = time.monotonic() + (0 if self._forced else opts.shutdown_timeout)
-        while self._held and time.monotonic() < deadline and not self._forced:
+        while len(self._held) and time.monotonic() < deadline and not self._forced:
             time.sleep(0.02)
-        if self._held:
+        if len(self._held):
             # Ask the handlers to stop, give them a moment, then hand the jobs back.
-            with self._lock:
-                running = list(self._held.values())
-            for ctx in running:
-                ctx._request_stop()
-                self._executor.cancel_async(ctx.id)
+            self._held.stop(self._held.contexts())
             grace = time.monotonic() + (0 if self._forced else min(2.0, max(0.2, opts.shutdown_timeout / 10)))
-            while self._held and time.monotonic() < grace:
+            while len(self._held) and time.monotonic() < grace:
                 time.sleep(0.02)
-            with self._lock:
-                left = list(self._held.values())
-                self._held.clear()
-                for ctx in left:
-                    ctx._mark_lease_lost()  # whatever they return now is discarded
-                stopped, self._stopped = self._stopped, []
-            self._release(stopped + left, "stopped, or still running, at the shutdown timeout")
-        with self._lock:
-            stopped, self._stopped = self._stopped, []
-        self._release(stopped, "services stopped at shutdown")
+            self._release(self._held.let_go(), "stopped, or still running, at the shutdown timeout")
+        self._release(self._held.take_stopped(), "services stopped at shutdown")
 
         if self._completer is not None and not self._completer.close(timeout=10.0):
             log.error("some outcomes could not be written; those jobs will run again after their lease")
@@ -569,11 +487,9 @@ class Worker:
 
     def _stop_services(self) -> None:
         """Services never end by themselves: ask them to stop at once (handed back, to restart elsewhere)."""
-        with self._lock:
-            services = [ctx for ctx in self._held.values() if getattr(self.app.tasks.get(ctx.task), "service", False)]
-        for ctx in services:
-            ctx._request_stop()
-            self._executor.cancel_async(ctx.id)
+        self._held.stop(
+            [ctx for ctx in self._held.contexts() if getattr(self.app.tasks.get(ctx.task), "service", False)]
+        )
 
     def _release(self, contexts: list[JobContext], why: str) -> None:
         if not contexts or self._claim_db is None:
