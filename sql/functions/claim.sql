@@ -57,12 +57,15 @@ SET search_path = pg_catalog, pgsched, pg_temp
 -- whatever the statistics said when it was made (made on empty tables, the
 -- planner would rather sort every due row, or scan the jobs). The sort of
 -- the batch it returns is then "disabled" and so costed huge: no JIT, which
--- would compile it at every call for a second or more.
+-- would compile it at every call for a second or more. Joins to the jobs
+-- are nested loops: each job one primary-key probe in its own partition.
 SET plan_cache_mode = force_generic_plan
 SET jit = off
 SET enable_sort = off
 SET enable_bitmapscan = off
 SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -138,13 +141,13 @@ BEGIN
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
         ), locked AS MATERIALIZED (
-            -- ids as an array: one index probe each, never a scan of the partition
-            SELECT j.id, j.task, j.cancel_requested_at
-            FROM pgsched.jobs j
-            WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
-              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
-              AND j.state = 'available' AND j.queue = v_queue
-            FOR UPDATE SKIP LOCKED
+            -- one primary-key probe per job, in its own shard's partition only (a nested loop whose inner
+            -- side the executor prunes to one partition per row), never a scan of the partition
+            SELECT j.id, j.shard, j.task, j.cancel_requested_at, d.dispatch_group, d.dispatch_rank, d.dispatch_at
+            FROM due d
+            JOIN pgsched.jobs j ON j.id = d.id AND j.shard = d.shard
+            WHERE j.state = 'available' AND j.queue = v_queue
+            FOR UPDATE OF j SKIP LOCKED
         ), gone AS MATERIALIZED (
             -- the rows of the jobs leased, and those whose job is no longer due
             SELECT d.slot, d.row_at, d.id
@@ -162,9 +165,8 @@ BEGIN
             -- the first v_starts in claim order start now; the others when a slot takes them (start())
             SELECT l.id
             FROM locked l
-            JOIN due d ON d.id = l.id
             WHERE l.cancel_requested_at IS NULL AND (claim.start_tasks IS NULL OR l.task = ANY (claim.start_tasks))
-            ORDER BY d.dispatch_group, d.dispatch_rank, d.dispatch_at, d.id
+            ORDER BY l.dispatch_group, l.dispatch_rank, l.dispatch_at, l.id
             LIMIT v_starts
         ), leased AS (
             UPDATE pgsched.jobs j
@@ -185,9 +187,8 @@ BEGIN
                     ELSE j.deadline_at END,
                 unserved_since = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s)) THEN NULL
                                       ELSE j.unserved_since END
-            WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
-              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
-              AND j.state = 'available'
+            FROM locked l
+            WHERE j.id = l.id AND j.shard = l.shard AND j.state = 'available'
             RETURNING j.*
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,
