@@ -44,6 +44,8 @@ GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts
               trace_context, concurrency_key)
     ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
+-- The shard column's default (a plain INSERT's jobs get their shard as enqueue()'s do).
+GRANT EXECUTE ON FUNCTION pgsched._home_shard(integer) TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters,
     pgsched.ready
     TO pgsched_enqueue;

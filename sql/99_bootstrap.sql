@@ -21,7 +21,7 @@ BEGIN
         END IF;
     END LOOP;
     EXECUTE pg_catalog.format(
-        'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pg_catalog.floor(pg_catalog.random() * %s)::smallint',
+        'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pgsched._home_shard(%s)',
         v_shards);
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);

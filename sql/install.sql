@@ -37,7 +37,7 @@
 \ir functions/_key_room.sql
 \ir functions/_claim_limited.sql
 \ir functions/_put_back.sql
-\ir functions/_random_shard.sql
+\ir functions/_home_shard.sql
 \ir functions/_release.sql
 \ir functions/_release_callbacks.sql
 \ir functions/_release_dependents.sql

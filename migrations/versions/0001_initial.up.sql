@@ -2364,18 +2364,23 @@ BEGIN
 END
 $$;
 
--- functions/_random_shard.sql
--- _random_shard
--- contract: a shard chosen uniformly at random, for jobs without an
--- idempotency key.
-CREATE OR REPLACE FUNCTION pgsched._random_shard()
+-- functions/_home_shard.sql
+-- _home_shard
+-- contract: the shard of a job without an idempotency key. Every job one
+-- session enqueues within one second gets the same one; the next second the
+-- next one; two sessions start from different ones. Jobs enqueued together
+-- are claimed together, so a claim, its start() and its complete() find
+-- their jobs in one or two partitions instead of in all of them (each
+-- partition a statement touches costs it its indexes, triggers and checks
+-- once more); concurrent producers still spread over the shards. p_shards:
+-- the installed number, when the caller has read it already.
+CREATE OR REPLACE FUNCTION pgsched._home_shard(p_shards integer DEFAULT NULL)
 RETURNS smallint
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pgsched, pg_temp
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-BEGIN
-    RETURN (SELECT pg_catalog.floor(pg_catalog.random() * c.shards)::smallint FROM pgsched.config c);
-END
+    SELECT ((pg_catalog.pg_backend_pid()::bigint
+             + pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.now()))::bigint)
+            % coalesce(p_shards, (SELECT c.shards FROM pgsched.config c)))::smallint
 $$;
 
 -- functions/_release.sql
@@ -3673,7 +3678,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
     END IF;
     IF enqueue.idempotency_key IS NULL THEN
-        v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
+        v_shard := pgsched._home_shard(v_shards);
     ELSE
         v_shard := ((pg_catalog.hashtextextended(enqueue.idempotency_key, 0) % v_shards + v_shards) % v_shards)::smallint;
         -- The key row is the lock: a concurrent enqueue of the same key waits
@@ -3877,7 +3882,7 @@ BEGIN
     PERFORM pgsched._check_payload(v_args, v_limit);
 
     IF enqueue_command.idempotency_key IS NULL THEN
-        v_shard := pgsched._random_shard();
+        v_shard := pgsched._home_shard();
     ELSE
         v_shard := pgsched._shard_for_key(enqueue_command.idempotency_key);
         -- As in enqueue(): the key row is the lock; a repeat returns the holder.
@@ -4085,7 +4090,7 @@ BEGIN
                 (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
                  trace_context, timeout, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
-                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
+                   pgsched._home_shard(v_shards),
                    CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
                         THEN 'waiting'
                         WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
@@ -4148,7 +4153,7 @@ BEGIN
                                   ckey, scope, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
-               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
+               CASE WHEN n.key IS NULL THEN pgsched._home_shard(v_shards)
                     ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
                END AS shard,
                -- only the first row of a key in this batch is inserted
@@ -4300,7 +4305,7 @@ BEGIN
     PERFORM pgsched._check_payload(v_args, v_limit);
 
     IF enqueue_service.idempotency_key IS NULL THEN
-        v_shard := pgsched._random_shard();
+        v_shard := pgsched._home_shard();
     ELSE
         v_shard := pgsched._shard_for_key(enqueue_service.idempotency_key);
         -- As in enqueue(): the key row is the lock; a repeat returns the holder.
@@ -7044,6 +7049,8 @@ GRANT INSERT (queue, task, args, run_at, priority, idempotency_key, max_attempts
               trace_context, concurrency_key)
     ON pgsched.jobs TO pgsched_enqueue;
 GRANT USAGE ON SEQUENCE pgsched.jobs_id_seq TO pgsched_enqueue;
+-- The shard column's default (a plain INSERT's jobs get their shard as enqueue()'s do).
+GRANT EXECUTE ON FUNCTION pgsched._home_shard(integer) TO pgsched_enqueue;
 GRANT SELECT ON pgsched.jobs, pgsched.job_history, pgsched.queues, pgsched.queue_stats, pgsched.dead_letters,
     pgsched.ready
     TO pgsched_enqueue;
@@ -7189,7 +7196,7 @@ BEGIN
         END IF;
     END LOOP;
     EXECUTE pg_catalog.format(
-        'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pg_catalog.floor(pg_catalog.random() * %s)::smallint',
+        'ALTER TABLE pgsched.jobs ALTER COLUMN shard SET DEFAULT pgsched._home_shard(%s)',
         v_shards);
     EXECUTE pg_catalog.format(
         'ALTER TABLE pgsched.jobs ADD CONSTRAINT jobs_shard_range CHECK (shard >= 0 AND shard < %s)', v_shards);

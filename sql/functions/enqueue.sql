@@ -87,7 +87,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
     END IF;
     IF enqueue.idempotency_key IS NULL THEN
-        v_shard := pg_catalog.floor(pg_catalog.random() * v_shards)::smallint;
+        v_shard := pgsched._home_shard(v_shards);
     ELSE
         v_shard := ((pg_catalog.hashtextextended(enqueue.idempotency_key, 0) % v_shards + v_shards) % v_shards)::smallint;
         -- The key row is the lock: a concurrent enqueue of the same key waits

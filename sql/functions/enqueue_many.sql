@@ -178,7 +178,7 @@ BEGIN
                 (id, shard, state, queue, task, args, priority, run_at, attempt, max_attempts, tenant, labels,
                  trace_context, timeout, concurrency_key, dispatch_group, dispatch_rank, dispatch_at)
             SELECT pg_catalog.nextval('pgsched.jobs_id_seq'),
-                   pg_catalog.floor(pg_catalog.random() * v_shards)::smallint,
+                   pgsched._home_shard(v_shards),
                    CASE WHEN pg_catalog.jsonb_typeof(u.deps) <> 'array' OR pg_catalog.jsonb_array_length(u.deps) > 0
                         THEN 'waiting'
                         WHEN coalesce(u.run_at, v_now) <= v_now THEN 'available' ELSE 'scheduled' END::pgsched.job_state,
@@ -241,7 +241,7 @@ BEGIN
                                   ckey, scope, ord)
     ), input AS MATERIALIZED (
         SELECT n.*,
-               CASE WHEN n.key IS NULL THEN pg_catalog.floor(pg_catalog.random() * v_shards)::smallint
+               CASE WHEN n.key IS NULL THEN pgsched._home_shard(v_shards)
                     ELSE ((pg_catalog.hashtextextended(n.key, 0) % v_shards + v_shards) % v_shards)::smallint
                END AS shard,
                -- only the first row of a key in this batch is inserted

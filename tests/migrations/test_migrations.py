@@ -112,7 +112,8 @@ def test_the_dump_covers_every_kind_of_object(fresh_dump: Dump) -> None:
         "ALTER TABLE pgsched.tasks ADD COLUMN note text",
         "ALTER TABLE pgsched.queues DROP CONSTRAINT queues_name_valid",
         "CREATE INDEX extra_idx ON pgsched.workers (host)",
-        "CREATE OR REPLACE FUNCTION pgsched._random_shard() RETURNS smallint LANGUAGE sql AS 'SELECT 0::smallint'",
+        "CREATE OR REPLACE FUNCTION pgsched._home_shard(p_shards integer DEFAULT NULL) RETURNS smallint "
+        "LANGUAGE sql AS 'SELECT 0::smallint'",
         "ALTER FUNCTION pgsched.claim SECURITY INVOKER",
         "GRANT EXECUTE ON FUNCTION pgsched.cancel TO pgsched_worker",
         "REVOKE SELECT ON pgsched.job_events FROM pgsched_worker",
@@ -192,6 +193,10 @@ def test_migrate_with_four_shards(empty_dsn: str, other_empty_dsn: str) -> None:
         assert conn.execute("SELECT shards FROM pgsched.config").fetchone() == (4,)
         conn.execute("SELECT pgsched.enqueue('t') FROM generate_series(1, 40)")
         conn.execute("INSERT INTO pgsched.jobs (task, args) SELECT 't', '{}' FROM generate_series(1, 40)")
+        keyless = {row[0] for row in conn.execute("SELECT DISTINCT shard FROM pgsched.jobs").fetchall()}
+        assert len(keyless) <= 2  # the session's shard of the second (two if a second ended in between)
+        assert keyless <= {0, 1, 2, 3}
+        conn.execute("SELECT pgsched.enqueue('t', idempotency_key => 'k' || i) FROM generate_series(1, 40) i")
         shards = {row[0] for row in conn.execute("SELECT DISTINCT shard FROM pgsched.jobs").fetchall()}
         assert shards == {0, 1, 2, 3}
         keyed = conn.execute("SELECT max(pgsched._shard_for_key('k' || i)) FROM generate_series(1, 200) i").fetchone()

@@ -34,10 +34,13 @@ def test_insert_returning_id_and_the_id_sequence_is_shared_with_enqueue(conn: Co
     assert enqueue(conn) > inserted["id"]
 
 
-def test_insert_spreads_jobs_over_shards(conn: Conn) -> None:
+def test_a_sessions_inserts_of_one_second_share_a_shard_as_its_enqueues_do(conn: Conn) -> None:
     conn.execute("INSERT INTO pgsched.jobs (task, args) SELECT 't', '{}' FROM generate_series(1, 200)")
+    enqueue(conn)
     shards = {r["shard"] for r in conn.execute("SELECT DISTINCT shard FROM pgsched.jobs").fetchall()}
-    assert len(shards) >= 6  # 8 shards, 200 random picks
+    home = conn.execute("SELECT pgsched._home_shard() AS s").fetchone()
+    assert home is not None
+    assert shards == {home["s"]}  # one transaction: one second, one session
 
 
 def test_insert_with_a_future_run_at_is_scheduled(conn: Conn, now: datetime) -> None:
