@@ -57,15 +57,12 @@ SET search_path = pg_catalog, pgsched, pg_temp
 -- whatever the statistics said when it was made (made on empty tables, the
 -- planner would rather sort every due row, or scan the jobs). The sort of
 -- the batch it returns is then "disabled" and so costed huge: no JIT, which
--- would compile it at every call for a second or more. Joins to the jobs
--- are nested loops: each job one primary-key probe in its own partition.
+-- would compile it at every call for a second or more.
 SET plan_cache_mode = force_generic_plan
 SET jit = off
 SET enable_sort = off
 SET enable_bitmapscan = off
 SET enable_seqscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -141,18 +138,19 @@ BEGIN
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
         ), locked AS MATERIALIZED (
-            -- one primary-key probe per job, in its own shard's partition only (a nested loop whose inner
-            -- side the executor prunes to one partition per row), never a scan of the partition
-            SELECT j.id, j.shard, j.task, j.cancel_requested_at, d.dispatch_group, d.dispatch_rank, d.dispatch_at
-            FROM due d
-            JOIN pgsched.jobs j ON j.id = d.id AND j.shard = d.shard
-            WHERE j.state = 'available' AND j.queue = v_queue
-            FOR UPDATE OF j SKIP LOCKED
+            -- ids as an array: one index probe each, whatever the statistics say, never a scan of the
+            -- partition (a join would leave that choice to the planner)
+            SELECT j.id, j.task, j.cancel_requested_at
+            FROM pgsched.jobs j
+            WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
+              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
+              AND j.state = 'available' AND j.queue = v_queue
+            FOR UPDATE SKIP LOCKED
         ), gone AS MATERIALIZED (
             -- the rows of the jobs leased, and those whose job is no longer due
             SELECT d.slot, d.row_at, d.id
             FROM due d
-            WHERE d.id = ANY (ARRAY(SELECT l.id FROM locked l))
+            WHERE d.id IN (SELECT l.id FROM locked l)
                OR NOT EXISTS (SELECT FROM pgsched.jobs j
                               WHERE j.id = d.id AND j.shard = d.shard AND j.state = 'available' AND j.queue = v_queue)
         ), taken AS (
@@ -165,9 +163,15 @@ BEGIN
             -- the first v_starts in claim order start now; the others when a slot takes them (start())
             SELECT l.id
             FROM locked l
+            JOIN due d ON d.id = l.id
             WHERE l.cancel_requested_at IS NULL AND (claim.start_tasks IS NULL OR l.task = ANY (claim.start_tasks))
-            ORDER BY l.dispatch_group, l.dispatch_rank, l.dispatch_at, l.id
+            ORDER BY d.dispatch_group, d.dispatch_rank, d.dispatch_at, d.id
             LIMIT v_starts
+        ), clock AS MATERIALIZED (
+            -- as start() records it: the clock when this statement writes, read once, so never before a
+            -- dependency's finished_at (its completion committed before the statement began), and one reading
+            -- for every start and deadline (deadline - start is the job's limit to the microsecond)
+            SELECT coalesce(v_clock, pg_catalog.clock_timestamp()) AS at
         ), leased AS (
             UPDATE pgsched.jobs j
             SET state = 'running',
@@ -176,19 +180,17 @@ BEGIN
                 leased_by = claim.worker,
                 lease_expires_at = v_now + claim.lease,
                 claimed_at = v_now,
-                -- as start() records it: the clock when the row is written, so never before a
-                -- dependency's finished_at (its completion committed before this statement began)
-                started_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s))
-                                  THEN coalesce(v_clock, pg_catalog.clock_timestamp()) END,
-                deadline_at = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s))
-                    THEN coalesce(v_clock, pg_catalog.clock_timestamp()) + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
+                started_at = CASE WHEN j.id IN (SELECT s.id FROM starting s) THEN (SELECT c.at FROM clock c) END,
+                deadline_at = CASE WHEN j.id IN (SELECT s.id FROM starting s)
+                    THEN (SELECT c.at FROM clock c) + coalesce(j.timeout, (SELECT t.timeout FROM pgsched.tasks t
                                                       WHERE t.name = j.task AND (t.tenant IS NULL OR t.tenant = j.tenant)
                                                       ORDER BY t.tenant NULLS LAST LIMIT 1))
                     ELSE j.deadline_at END,
-                unserved_since = CASE WHEN j.id = ANY (ARRAY(SELECT s.id FROM starting s)) THEN NULL
+                unserved_since = CASE WHEN j.id IN (SELECT s.id FROM starting s) THEN NULL
                                       ELSE j.unserved_since END
-            FROM locked l
-            WHERE j.id = l.id AND j.shard = l.shard AND j.state = 'available'
+            WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
+              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
+              AND j.state = 'available'
             RETURNING j.*
         )
         SELECT l.id, l.shard, l.queue, l.task, l.args, l.attempt, l.max_attempts, l.lease_token,

@@ -102,8 +102,8 @@ class Proxy:
             threading.Thread(target=self._pump, args=(src, dst, to_server), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, to_server: bool) -> None:
-        src.settimeout(0.2)
         try:
+            src.settimeout(0.2)  # in the try: a cut may have closed the pair before this thread started
             while True:
                 try:
                     data = src.recv(65536)

@@ -515,7 +515,7 @@ def test_the_database_fails_a_command_whose_worker_hangs_while_its_heartbeats_co
     wait_for(
         lambda: any("sync handler still running after its 3 s timeout" in m for m in sink.blocked),
         15,
-        what="the worker's own limit stuck in the sink",
+        what=lambda: f"the worker's own limit stuck in the sink: {sink.blocked}",
     )
     assert not _gone(program)
     sink.release.set()

@@ -22,16 +22,21 @@ pytestmark = pytest.mark.smoke
 JOBS = 24_000
 
 
+# Unique idempotency keys for n jobs: they spread the jobs over every shard.
+SPREAD = "ARRAY(SELECT gen_random_uuid()::text FROM generate_series(1, %s))"
+
+
 def make_dead_rows(dsn: str, n: int = JOBS) -> None:
     """n jobs enqueued, claimed and completed through pgsched's functions: two dead row versions each.
 
-    They go to a queue of their own, which no worker of these tests serves.
+    They go to a queue of their own, which no worker of these tests serves, and over every shard (keyed jobs
+    hash over them; keyless ones enqueued together share one).
     """
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute(
             "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[%s]), array_fill('{}'::jsonb, ARRAY[%s]),"
-            " array_fill('vac'::text, ARRAY[%s]))",
-            [n, n, n],
+            f" array_fill('vac'::text, ARRAY[%s]), idempotency_keys => {SPREAD})",
+            [n, n, n, n],
         )
         c.execute(
             "SELECT pgsched.complete(array_agg(id), array_agg(lease_token))"
@@ -99,7 +104,9 @@ def test_below_the_thresholds_nothing_is_named(dsn: str) -> None:
     make_dead_rows(dsn, 400)  # 800 dead row versions over 8 partitions
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute(
-            "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[4000]), array_fill('{}'::jsonb, ARRAY[4000]))"
+            "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[4000]), array_fill('{}'::jsonb, ARRAY[4000]),"
+            f" idempotency_keys => {SPREAD})",
+            [4000],
         )
         c.execute("SELECT pg_stat_force_next_flush()")
 
@@ -130,7 +137,8 @@ def test_a_burst_gets_the_partitions_analyzed(dsn: str) -> None:
             c.execute(claim, [shard])
         c.execute(
             "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[40000]), array_fill('{}'::jsonb, ARRAY[40000]),"
-            " array_fill('other'::text, ARRAY[40000]))"
+            f" array_fill('other'::text, ARRAY[40000]), idempotency_keys => {SPREAD})",
+            [40000],
         )
         c.execute("SELECT pg_stat_force_next_flush()")
 

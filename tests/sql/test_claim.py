@@ -226,6 +226,23 @@ def test_claim_starts_the_first_jobs_it_is_asked_to(conn: Conn, now: datetime) -
     assert stored[third]["deadline_at"] is None
 
 
+def test_a_job_started_by_the_live_clock_gets_its_time_limit_exactly(conn: Conn) -> None:
+    """Without p_now the claim stamps the clock when it writes the row: its start and its deadline are read from
+    one clock reading, so the limit it reports (deadline - start) is the job's own to the microsecond, as the
+    worker enforces and logs it."""
+    conn.execute(
+        "SELECT pgsched.enqueue_many(array_fill('t'::text, ARRAY[200]), timeouts => array_fill(interval '3 seconds',"
+        " ARRAY[200]))"
+    )
+    rows = conn.execute(
+        "SELECT * FROM pgsched.claim('w1', ARRAY['default'], 200, interval '30 seconds', starts => 200)"
+    ).fetchall()
+    assert len(rows) == 200
+    assert {r["timeout"] for r in rows} == {timedelta(seconds=3)}
+    stored = conn.execute("SELECT DISTINCT deadline_at - started_at AS limit FROM pgsched.jobs").fetchall()
+    assert stored == [{"limit": timedelta(seconds=3)}]
+
+
 def test_claim_starts_only_the_tasks_it_is_told_and_never_a_job_whose_cancel_was_requested(
     conn: Conn, now: datetime
 ) -> None:
