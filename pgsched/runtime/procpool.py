@@ -182,15 +182,13 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
     threading.Thread(target=_exit_with_parent, args=(parent,), name="pgsched-parent-watch", daemon=True).start()
     try:
         import asyncio
-        import importlib
 
+        from pgsched.core.loader import load_registry
         from pgsched.runtime.handler import _await, run_sync
         from pgsched.runtime.journal import Journal
 
-        # The user's App, loaded by its import path as `pgsched worker --app` does: by name, at run time,
-        # so the runtime has no import of the layer above it.
-        loader = importlib.import_module("pgsched.api.loader")
-        app: Registry = loader.load_app(app_ref)
+        # The user's App, loaded by its import path as `pgsched worker --app` does.
+        app: Registry = load_registry(app_ref)
         if dsn is not None:
             app.configure(dsn)
     except BaseException as exc:  # reported to the worker, which fails the job with it

@@ -6,12 +6,13 @@
 -- their jobs in one or two partitions instead of in all of them (each
 -- partition a statement touches costs it its indexes, triggers and checks
 -- once more); concurrent producers still spread over the shards. p_shards:
--- the installed number, when the caller has read it already.
-CREATE OR REPLACE FUNCTION pgsched._home_shard(p_shards integer DEFAULT NULL)
+-- the installed number (pgsched.config.shards). A plain expression, so that
+-- PL/pgSQL evaluates it without a query.
+CREATE OR REPLACE FUNCTION pgsched._home_shard(p_shards integer)
 RETURNS smallint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT ((pg_catalog.pg_backend_pid()::bigint
              + pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.now()))::bigint)
-            % coalesce(p_shards, (SELECT c.shards FROM pgsched.config c)))::smallint
+            % p_shards)::smallint
 $$;

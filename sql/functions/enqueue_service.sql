@@ -59,7 +59,7 @@ BEGIN
     PERFORM pgsched._check_payload(v_args, v_limit);
 
     IF enqueue_service.idempotency_key IS NULL THEN
-        v_shard := pgsched._home_shard();
+        v_shard := pgsched._home_shard((SELECT c.shards FROM pgsched.config c));
     ELSE
         v_shard := pgsched._shard_for_key(enqueue_service.idempotency_key);
         -- As in enqueue(): the key row is the lock; a repeat returns the holder.

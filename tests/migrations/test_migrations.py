@@ -112,7 +112,7 @@ def test_the_dump_covers_every_kind_of_object(fresh_dump: Dump) -> None:
         "ALTER TABLE pgsched.tasks ADD COLUMN note text",
         "ALTER TABLE pgsched.queues DROP CONSTRAINT queues_name_valid",
         "CREATE INDEX extra_idx ON pgsched.workers (host)",
-        "CREATE OR REPLACE FUNCTION pgsched._home_shard(p_shards integer DEFAULT NULL) RETURNS smallint "
+        "CREATE OR REPLACE FUNCTION pgsched._home_shard(p_shards integer) RETURNS smallint "
         "LANGUAGE sql AS 'SELECT 0::smallint'",
         "ALTER FUNCTION pgsched.claim SECURITY INVOKER",
         "GRANT EXECUTE ON FUNCTION pgsched.cancel TO pgsched_worker",

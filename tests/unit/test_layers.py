@@ -1,9 +1,9 @@
 """The package's layers: a module imports only modules of its own package or of a lower layer, and no module
 imports itself back through others.
 
-Every import counts: at the top of a module, inside a function, and under ``if TYPE_CHECKING:``. The one way up
-is a module loaded by its name at run time (``importlib.import_module("pgsched....")``), listed in BY_NAME with
-why, and in README's layer table.
+Every import counts: at the top of a module, inside a function, and under ``if TYPE_CHECKING:``. A module loaded
+by its name at run time (``importlib.import_module("pgsched....")``) would be a way around them: each must be
+listed in BY_NAME with why, and in README's layer table. None is.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ LAYERS = {
     "__main__": 9,  # python -m pgsched: the command line
 }
 # module -> the module it loads by name at run time (not an import: no edge of the graph), and why.
-BY_NAME = {
-    "pgsched.runtime.procpool": ("pgsched.api.loader", "a process pool's child loads the user's App by MODULE:ATTR"),
-}
+BY_NAME: dict[str, tuple[str, str]] = {}
 # Import cycles between modules (each as its sorted modules), and why: none.
 CYCLES: dict[tuple[str, ...], str] = {}
 ROOT = Path(pgsched.__file__).parent
