@@ -2384,6 +2384,25 @@ AS $$
             % p_shards)::smallint
 $$;
 
+-- functions/_plan_for_size.sql
+-- _plan_for_size
+-- contract: for start() and complete(), which run one generic plan sized for
+-- a worker's batch of a few jobs: a call of more than 200 jobs plans its
+-- statements for its own size instead (under the generic plan its joins
+-- would pass over the whole batch for each of its jobs). The setting lasts
+-- until the calling function returns (its own SET plan_cache_mode restores
+-- it); so this function has no SET clause of its own.
+CREATE OR REPLACE FUNCTION pgsched._plan_for_size(p_jobs integer)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_jobs > 200 THEN
+        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+    END IF;
+END
+$$;
+
 -- functions/_release.sql
 -- _release
 -- contract: makes due those of the waiting jobs (p_jobs on p_shards) that
@@ -3343,12 +3362,7 @@ DECLARE
     v_tokens bigint[];
     v_results jsonb[];
 BEGIN
-    -- A big batch is planned for its own size: the generic plan assumes a
-    -- handful of jobs, and its joins would pass over the whole batch for
-    -- each of its jobs.
-    IF pg_catalog.cardinality(complete.job_ids) > 200 THEN
-        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
+    PERFORM pgsched._plan_for_size(pg_catalog.cardinality(complete.job_ids));  -- a big batch: plans for its size
     SELECT * INTO v_config FROM pgsched.config;
     -- One statement per shard of the batch, in that shard's partition only.
     -- A job given without its shard gets it from one primary-key probe per
@@ -6215,12 +6229,7 @@ DECLARE
     v_ids bigint[];
     v_tokens bigint[];
 BEGIN
-    -- A big batch is planned for its own size: the generic plan assumes a
-    -- handful of jobs, and its joins would pass over the whole batch for
-    -- each of its jobs.
-    IF pg_catalog.cardinality(start.job_ids) > 200 THEN
-        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
+    PERFORM pgsched._plan_for_size(pg_catalog.cardinality(start.job_ids));  -- a big batch: plans for its size
     -- One statement per shard of the batch, in that shard's partition only,
     -- as in complete(); a job given without its shard gets it by id.
     FOR v_shard, v_ids, v_tokens IN
@@ -6428,11 +6437,11 @@ $$;
 -- _ready_slot
 -- contract: the slot of pgsched.ready that takes new rows: the open one of
 -- pgsched.ready_ring; with no slot open (the ring emptied by hand), slot 0
--- (rotate_ready opens one again).
+-- (rotate_ready opens one again). No SET clause (every name is qualified):
+-- so it is inlined, read once per statement instead of called per row.
 CREATE OR REPLACE FUNCTION pgsched._ready_slot()
 RETURNS smallint
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
     SELECT coalesce((SELECT g.slot FROM pgsched.ready_ring g WHERE g.closed_at IS NULL), 0::smallint)
 $$;

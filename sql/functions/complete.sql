@@ -45,12 +45,7 @@ DECLARE
     v_tokens bigint[];
     v_results jsonb[];
 BEGIN
-    -- A big batch is planned for its own size: the generic plan assumes a
-    -- handful of jobs, and its joins would pass over the whole batch for
-    -- each of its jobs.
-    IF pg_catalog.cardinality(complete.job_ids) > 200 THEN
-        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
+    PERFORM pgsched._plan_for_size(pg_catalog.cardinality(complete.job_ids));  -- a big batch: plans for its size
     SELECT * INTO v_config FROM pgsched.config;
     -- One statement per shard of the batch, in that shard's partition only.
     -- A job given without its shard gets it from one primary-key probe per

@@ -42,12 +42,7 @@ DECLARE
     v_ids bigint[];
     v_tokens bigint[];
 BEGIN
-    -- A big batch is planned for its own size: the generic plan assumes a
-    -- handful of jobs, and its joins would pass over the whole batch for
-    -- each of its jobs.
-    IF pg_catalog.cardinality(start.job_ids) > 200 THEN
-        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
+    PERFORM pgsched._plan_for_size(pg_catalog.cardinality(start.job_ids));  -- a big batch: plans for its size
     -- One statement per shard of the batch, in that shard's partition only,
     -- as in complete(); a job given without its shard gets it by id.
     FOR v_shard, v_ids, v_tokens IN
