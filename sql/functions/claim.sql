@@ -139,11 +139,14 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         ), locked AS MATERIALIZED (
             -- ids as an array: one index probe each, whatever the statistics say, never a scan of the
-            -- partition (a join would leave that choice to the planner)
+            -- partition (a join would leave that choice to the planner). The range of the batch's shards
+            -- prunes the other partitions when the statement starts (an array cannot): a batch of one
+            -- producer's jobs is on one or two shards, and each partition probed costs a probe per id.
             SELECT j.id, j.task, j.cancel_requested_at
             FROM pgsched.jobs j
             WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
               AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
+              AND j.shard BETWEEN (SELECT pg_catalog.min(d.shard) FROM due d) AND (SELECT pg_catalog.max(d.shard) FROM due d)
               AND j.state = 'available' AND j.queue = v_queue
             FOR UPDATE SKIP LOCKED
         ), gone AS MATERIALIZED (
@@ -190,6 +193,7 @@ BEGIN
                                       ELSE j.unserved_since END
             WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
               AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
+              AND j.shard BETWEEN (SELECT pg_catalog.min(d.shard) FROM due d) AND (SELECT pg_catalog.max(d.shard) FROM due d)
               AND j.state = 'available'
             RETURNING j.*
         )

@@ -10,10 +10,12 @@ RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
+DECLARE
+    v_slot smallint := pgsched._ready_slot();  -- once for the statement's rows
 BEGIN
     INSERT INTO pgsched.ready
         (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant, concurrency_key)
-    SELECT pgsched._ready_slot(),
+    SELECT v_slot,
            n.queue, n.dispatch_group, n.dispatch_rank, n.dispatch_at, n.id, n.shard, n.priority, n.labels, n.tenant,
            n.concurrency_key
     FROM new_jobs n
