@@ -3183,6 +3183,15 @@ DECLARE
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
     v_scope text := pgsched._tenant_scope();
+    -- the batch's due rows (in claim order), and the range of their shards and slots
+    v_ids bigint[];
+    v_shards smallint[];
+    v_slots smallint[];
+    v_rows tid[];
+    v_lo smallint;
+    v_hi smallint;
+    v_slot_lo smallint;
+    v_slot_hi smallint;
 BEGIN
     -- A lease under a second would run out before its first heartbeat could
     -- renew it: the job would be lost to its worker as it is handed over.
@@ -3227,13 +3236,18 @@ BEGIN
         v_queue := v_queues[((coalesce(claim.start_shard, 0) + k) % v_nq + v_nq) % v_nq + 1];
         -- The queue's due rows in strict order (one merge of the ready
         -- ring's slots), locked with SKIP LOCKED so that concurrent claimers
-        -- pass each other's; then their jobs, locked with SKIP LOCKED too: a
-        -- job someone else is changing (a cancel, a replace) is left to them
-        -- with its row. A row whose job is no longer due (left behind by a
-        -- change that raced a claim) goes.
-        RETURN QUERY
-        WITH due AS MATERIALIZED (
-            SELECT r.slot, r.ctid AS row_at, r.id, r.shard, r.dispatch_group, r.dispatch_rank, r.dispatch_at
+        -- pass each other's. A statement of their own: the next one then
+        -- knows their shards and slots as values, and PostgreSQL prunes the
+        -- other partitions of pgsched.jobs and pgsched.ready before it
+        -- starts (a value computed inside the statement prunes only as it
+        -- runs, after every partition's scans and indexes were set up: that
+        -- setup was most of an empty claim's 300 us).
+        SELECT pg_catalog.array_agg(d.id), pg_catalog.array_agg(d.shard), pg_catalog.array_agg(d.slot),
+               pg_catalog.array_agg(d.row_at), pg_catalog.min(d.shard), pg_catalog.max(d.shard),
+               pg_catalog.min(d.slot), pg_catalog.max(d.slot)
+        INTO v_ids, v_shards, v_slots, v_rows, v_lo, v_hi, v_slot_lo, v_slot_hi
+        FROM (
+            SELECT r.slot, r.ctid AS row_at, r.id, r.shard
             FROM pgsched.ready r
             WHERE r.queue = v_queue
               -- the first arm keeps the row estimate right (most jobs need no labels)
@@ -3242,16 +3256,24 @@ BEGIN
             ORDER BY r.dispatch_group, r.dispatch_rank, r.dispatch_at, r.id
             LIMIT v_left
             FOR UPDATE SKIP LOCKED
+        ) d;
+        CONTINUE WHEN v_ids IS NULL;
+        -- Then their jobs, locked with SKIP LOCKED too: a job someone else is
+        -- changing (a cancel, a replace) is left to them with its row. A row
+        -- whose job is no longer due (left behind by a change that raced a
+        -- claim) goes.
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            -- in claim order (ord)
+            SELECT u.id, u.shard, u.slot, u.row_at, u.ord
+            FROM unnest(v_ids, v_shards, v_slots, v_rows) WITH ORDINALITY AS u(id, shard, slot, row_at, ord)
         ), locked AS MATERIALIZED (
             -- ids as an array: one index probe each, whatever the statistics say, never a scan of the
-            -- partition (a join would leave that choice to the planner). The range of the batch's shards
-            -- prunes the other partitions when the statement starts (an array cannot): a batch of one
-            -- producer's jobs is on one or two shards, and each partition probed costs a probe per id.
+            -- partition (a join would leave that choice to the planner); only in the partitions of the
+            -- batch's shards
             SELECT j.id, j.task, j.cancel_requested_at
             FROM pgsched.jobs j
-            WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
-              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
-              AND j.shard BETWEEN (SELECT pg_catalog.min(d.shard) FROM due d) AND (SELECT pg_catalog.max(d.shard) FROM due d)
+            WHERE j.id = ANY (v_ids) AND j.shard = ANY (v_shards) AND j.shard BETWEEN v_lo AND v_hi
               AND j.state = 'available' AND j.queue = v_queue
             FOR UPDATE SKIP LOCKED
         ), gone AS MATERIALIZED (
@@ -3260,12 +3282,14 @@ BEGIN
             FROM due d
             WHERE d.id IN (SELECT l.id FROM locked l)
                OR NOT EXISTS (SELECT FROM pgsched.jobs j
-                              WHERE j.id = d.id AND j.shard = d.shard AND j.state = 'available' AND j.queue = v_queue)
+                              WHERE j.id = d.id AND j.shard = d.shard AND j.shard BETWEEN v_lo AND v_hi
+                                AND j.state = 'available' AND j.queue = v_queue)
         ), taken AS (
             -- by their row addresses (locked above, so they stay put): whatever the statistics say, no index
             -- scan of the queue's rows
             DELETE FROM pgsched.ready r
-            WHERE r.ctid = ANY (ARRAY(SELECT g.row_at FROM gone g))
+            WHERE r.slot BETWEEN v_slot_lo AND v_slot_hi
+              AND r.ctid = ANY (ARRAY(SELECT g.row_at FROM gone g))
               AND (r.slot, r.ctid, r.id) IN (SELECT g.slot, g.row_at, g.id FROM gone g)
         ), starting AS MATERIALIZED (
             -- the first v_starts in claim order start now; the others when a slot takes them (start())
@@ -3273,7 +3297,7 @@ BEGIN
             FROM locked l
             JOIN due d ON d.id = l.id
             WHERE l.cancel_requested_at IS NULL AND (claim.start_tasks IS NULL OR l.task = ANY (claim.start_tasks))
-            ORDER BY d.dispatch_group, d.dispatch_rank, d.dispatch_at, d.id
+            ORDER BY d.ord
             LIMIT v_starts
         ), clock AS MATERIALIZED (
             -- as start() records it: the clock when this statement writes, read once, so never before a
@@ -3297,8 +3321,7 @@ BEGIN
                 unserved_since = CASE WHEN j.id IN (SELECT s.id FROM starting s) THEN NULL
                                       ELSE j.unserved_since END
             WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
-              AND j.shard = ANY (ARRAY(SELECT d.shard FROM due d))
-              AND j.shard BETWEEN (SELECT pg_catalog.min(d.shard) FROM due d) AND (SELECT pg_catalog.max(d.shard) FROM due d)
+              AND j.shard = ANY (v_shards) AND j.shard BETWEEN v_lo AND v_hi
               AND j.state = 'available'
             RETURNING j.*
         )
