@@ -38,7 +38,6 @@
 \ir functions/_claim_limited.sql
 \ir functions/_put_back.sql
 \ir functions/_home_shard.sql
-\ir functions/_plan_for_size.sql
 \ir functions/_release.sql
 \ir functions/_release_callbacks.sql
 \ir functions/_release_dependents.sql
