@@ -178,18 +178,10 @@ IDEMPOTENCY_CONFLICT = "PS422"
 REPLACE_REFUSED = "PS423"
 
 # What each rule of pgsched.jobs asks, for errors PostgreSQL itself raised
-# (they name a partition, "jobs_s2", and not the value). pgsched's functions
-# and its insert trigger check first and name the value themselves.
+# (they name a partition, "jobs_s2", and not the value): the CHECK left on the
+# table. A job's values are checked by pgsched's functions and its insert
+# trigger, which name the rule and the value themselves.
 _JOB_RULES = {
-    "jobs_task_valid": "task must be 1 to 200 of A-Z a-z 0-9 _ . : -, starting with a letter or _",
-    "jobs_queue_valid": "queue must be 1 to 63 of A-Z a-z 0-9 _ . : -, not starting with . : -",
-    "jobs_args_is_object": "args must be a JSON object",
-    "jobs_max_attempts_positive": "max_attempts must be at least 1",
-    "jobs_max_attempts_range": "max_attempts must be at most 1000000",
-    "jobs_run_at_finite": "run_at must be a finite time",
-    "jobs_priority_range": "priority must be between -1000000 and 1000000",
-    "jobs_idempotency_key_length": "idempotency_key must be 1 to 1000 bytes",
-    "jobs_tenant_length": "tenant must be 1 to 200 characters",
     "jobs_state_valid": "a job is scheduled, available, or running with a lease",
 }
 

@@ -15,6 +15,7 @@
 \ir functions/_check_resource_limits.sql
 \ir functions/_check_labels.sql
 \ir functions/_check_payload.sql
+\ir functions/_check_trace_context.sql
 \ir functions/_cron_value.sql
 \ir functions/_cron_field.sql
 \ir functions/_check_schedule.sql

@@ -164,32 +164,28 @@ CREATE TABLE pgsched.jobs (
     memory_limit        integer,
     cpu_limit           real,
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
-    -- Lengths apart from the patterns: a bounded repetition ({0,199}) costs
-    -- PostgreSQL's regex engine some 50 us a row, an unbounded one about 1.
-    CONSTRAINT jobs_task_valid CHECK (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]*$' AND pg_catalog.length(task) <= 200),
-    CONSTRAINT jobs_queue_valid CHECK (queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND pg_catalog.length(queue) <= 63),
-    CONSTRAINT jobs_args_is_object CHECK (pg_catalog.jsonb_typeof(args) = 'object'),
-    CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
-    -- Bounded, so release/snooze (max_attempts + 1) and retry can never overflow.
-    CONSTRAINT jobs_max_attempts_range CHECK (max_attempts <= 1000000),
-    CONSTRAINT jobs_run_at_finite CHECK (pg_catalog.isfinite(run_at)),
-    CONSTRAINT jobs_priority_range CHECK (priority BETWEEN -1000000 AND 1000000),
-    CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.octet_length(idempotency_key) BETWEEN 1 AND 1000),
-    -- Active states only, and a lease exactly while running. One CASE, not
-    -- several constraints: every single-row INSERT prepares each constraint
-    -- anew, so their number shows up in enqueue latency. (Labels without
-    -- NULLs and attempt >= 0 are kept by the functions and the insert trigger.)
+    -- A job's values (task and queue names, args an object, priority, run_at,
+    -- attempts, key, tenant, timeout, concurrency key, trace context) have one
+    -- owner: _job_problem, _run_options_problem and _check_trace_context,
+    -- which every writer runs before it writes (enqueue, enqueue_many, the
+    -- commands and services, the scanners' occurrences, retry, and the insert
+    -- trigger for a plain INSERT), naming the rule broken (jobs_priority_range
+    -- and so on) and the column. They are not CHECKs as well: PostgreSQL reads
+    -- a table's CHECKs from the catalog again for every statement that writes
+    -- it, and twelve of them cost a single enqueue 35 us of its 240 (and every
+    -- claim, start and heartbeat as much). Updates never take a value from a
+    -- caller unchecked, and bound what they compute (max_attempts + 1 stays
+    -- at most 1000000).
+    --
+    -- Active states only, and a lease exactly while running: an invariant of
+    -- the functions' own writes, which the fencing rests on. One CASE, not
+    -- several constraints (each costs every write statement).
     CONSTRAINT jobs_state_valid CHECK (CASE state
         WHEN 'running' THEN lease_token IS NOT NULL AND leased_by IS NOT NULL AND lease_expires_at IS NOT NULL
         WHEN 'available' THEN lease_token IS NULL
         WHEN 'scheduled' THEN lease_token IS NULL
         -- compared as text: an enum value cannot be used in the transaction that adds it (a migration)
-        ELSE state::text = 'waiting' AND lease_token IS NULL END),
-    CONSTRAINT jobs_tenant_length CHECK (pg_catalog.length(tenant) BETWEEN 1 AND 200),
-    CONSTRAINT jobs_timeout_positive CHECK (timeout > interval '0'),
-    CONSTRAINT jobs_trace_context_valid CHECK (
-        pg_catalog.jsonb_typeof(trace_context) = 'object' AND pg_catalog.octet_length(trace_context::text) <= 8192),
-    CONSTRAINT jobs_concurrency_key_length CHECK (pg_catalog.length(concurrency_key) BETWEEN 1 AND 200)
+        ELSE state::text = 'waiting' AND lease_token IS NULL END)
 ) PARTITION BY LIST (shard);
 COMMENT ON TABLE pgsched.jobs IS
     'Active jobs (scheduled, waiting, available, running), one partition per shard. Plain INSERT with task and args works; everything else goes through functions.';
@@ -965,6 +961,29 @@ BEGIN
             USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_args_size_limit', COLUMN = 'args',
                   SCHEMA = 'pgsched', TABLE = 'jobs',
                   HINT = 'Store large data elsewhere and pass a reference, or raise pgsched.config.max_payload_bytes.';
+    END IF;
+END
+$$;
+
+-- functions/_check_trace_context.sql
+-- _check_trace_context
+-- contract: raises check_violation, naming the rule jobs_trace_context_valid
+-- and the column trace_context, unless a job's trace context is NULL or a
+-- JSON object of at most 8 KiB as text (the caller's trace propagation
+-- headers, docs/otel.md). Run once per writing statement by enqueue(),
+-- enqueue_many() and the insert trigger.
+CREATE OR REPLACE FUNCTION pgsched._check_trace_context(p_trace_context jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgsched, pg_temp
+AS $$
+BEGIN
+    IF p_trace_context IS NOT NULL AND (pg_catalog.jsonb_typeof(p_trace_context) <> 'object'
+                                        OR pg_catalog.octet_length(p_trace_context::text) > 8192) THEN
+        RAISE EXCEPTION 'pgsched: trace_context must be a JSON object of at most 8192 bytes, not a % of % bytes (jobs_trace_context_valid)',
+                pg_catalog.jsonb_typeof(p_trace_context), pg_catalog.octet_length(p_trace_context::text)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_trace_context_valid', COLUMN = 'trace_context',
+                  SCHEMA = 'pgsched', TABLE = 'jobs';
     END IF;
 END
 $$;
@@ -3715,6 +3734,9 @@ BEGIN
     PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
                                v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF enqueue.trace_context IS NOT NULL THEN
+        PERFORM pgsched._check_trace_context(enqueue.trace_context);
+    END IF;
     IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
         PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
     END IF;
@@ -4114,6 +4136,9 @@ BEGIN
     END IF;
     PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
     WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
+    IF enqueue_many.trace_context IS NOT NULL THEN
+        PERFORM pgsched._check_trace_context(enqueue_many.trace_context);
+    END IF;
     IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
         PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
         FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)
@@ -6357,6 +6382,9 @@ BEGIN
         PERFORM pgsched._check_run_options(NEW.timeout, NEW.concurrency_key);
     END IF;
     PERFORM pgsched._check_payload(NEW.args, v_limit);
+    IF NEW.trace_context IS NOT NULL THEN
+        PERFORM pgsched._check_trace_context(NEW.trace_context);
+    END IF;
 
     IF NEW.max_attempts IS NULL THEN
         SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t

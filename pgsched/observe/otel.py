@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from pgsched.core.task import JobSpec
 
 SYSTEM: Final = "pgsched"
-# The bound of CHECK jobs_trace_context_valid: a larger carrier keeps only traceparent and tracestate
-# (and none at all if even those do not fit).
+# The bound of the rule jobs_trace_context_valid (pgsched._check_trace_context): a larger carrier keeps only
+# traceparent and tracestate (and none at all if even those do not fit).
 MAX_CONTEXT_BYTES: Final = 8192
 _KEPT_WHEN_LARGE: Final = ("traceparent", "tracestate")
 # A batch span lists its job ids up to this many (its message count is always there).

@@ -72,6 +72,9 @@ BEGIN
     PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
                                v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
     PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF enqueue.trace_context IS NOT NULL THEN
+        PERFORM pgsched._check_trace_context(enqueue.trace_context);
+    END IF;
     IF enqueue.timeout IS NOT NULL OR enqueue.concurrency_key IS NOT NULL THEN
         PERFORM pgsched._check_run_options(enqueue.timeout, enqueue.concurrency_key);
     END IF;

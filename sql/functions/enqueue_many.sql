@@ -150,6 +150,9 @@ BEGIN
     END IF;
     PERFORM pgsched._check_payload(u.a, v_limit, u.n) FROM unnest(args) WITH ORDINALITY AS u(a, n)
     WHERE pg_catalog.pg_column_size(u.a) > v_limit / 6;
+    IF enqueue_many.trace_context IS NOT NULL THEN
+        PERFORM pgsched._check_trace_context(enqueue_many.trace_context);
+    END IF;
     IF timeouts IS NOT NULL OR concurrency_keys IS NOT NULL THEN
         PERFORM pgsched._check_run_options(u.timeout, u.ckey, u.ord)
         FROM unnest(timeouts, concurrency_keys) WITH ORDINALITY AS u(timeout, ckey, ord)

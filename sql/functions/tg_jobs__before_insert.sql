@@ -66,6 +66,9 @@ BEGIN
         PERFORM pgsched._check_run_options(NEW.timeout, NEW.concurrency_key);
     END IF;
     PERFORM pgsched._check_payload(NEW.args, v_limit);
+    IF NEW.trace_context IS NOT NULL THEN
+        PERFORM pgsched._check_trace_context(NEW.trace_context);
+    END IF;
 
     IF NEW.max_attempts IS NULL THEN
         SELECT t.max_attempts INTO NEW.max_attempts FROM pgsched.tasks t

@@ -1,9 +1,10 @@
 """Python's limits and policy names (pgsched.core.limits, pgsched.core.policies) agree with the installed schema.
 
 The database is the authority on job values; Python repeats a few checks to save a round trip. Each limit is
-held here to the CHECK constraint it repeats, evaluated by the installed catalog's own expression at the
-limit and one past it, and to _job_problem (the functions' check of a new job) at the same values; each
-policy enum to the list of its CHECK (pg_get_constraintdef) or of the function that checks it.
+held here to the rule it repeats at the limit and one past it: for a job's values, _job_problem and
+_run_options_problem (the one check every writer of pgsched.jobs runs; the table has no CHECKs for them); for
+the other tables, the CHECK constraint, evaluated by the installed catalog's own expression. Each policy enum
+is held to the list of its CHECK (pg_get_constraintdef) or of the function that checks it.
 """
 
 from __future__ import annotations
@@ -69,18 +70,31 @@ def job_problem(conn: Conn, **values: Any) -> str | None:
 # --- limits ----------------------------------------------------------------------------------------------------------
 
 
-def test_priority_range_is_the_checks(conn: Conn) -> None:
+def test_priority_range_is_job_problems(conn: Conn) -> None:
     for value, ok in (
         (limits.PRIORITY_MIN, True),
         (limits.PRIORITY_MAX, True),
         (limits.PRIORITY_MIN - 1, False),
         (limits.PRIORITY_MAX + 1, False),
     ):
-        assert check_passes(conn, "jobs", "jobs_priority_range", priority=(value, "integer")) is ok, value
         assert (job_problem(conn, priority=value) is None) is ok, value
 
 
-@pytest.mark.parametrize("table", ["jobs", "tasks", "schedules"])
+def test_a_jobs_values_have_one_owner_not_checks_as_well(conn: Conn) -> None:
+    """PostgreSQL reads a table's CHECKs from the catalog again for every statement that writes it: pgsched.jobs
+    keeps only the invariant of its state and lease (and the shard's range), and its values are checked once, by
+    the functions every writer runs."""
+    names = [
+        row["conname"]
+        for row in conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = 'pgsched.jobs'::regclass AND contype = 'c'"
+            " ORDER BY conname"
+        ).fetchall()
+    ]
+    assert names == ["jobs_shard_range", "jobs_state_valid"]
+
+
+@pytest.mark.parametrize("table", ["tasks", "schedules"])
 def test_max_attempts_range_is_the_checks(conn: Conn, table: str) -> None:
     low, high = limits.MAX_ATTEMPTS_MIN, limits.MAX_ATTEMPTS_MAX
     positive, in_range = f"{table}_max_attempts_positive", f"{table}_max_attempts_range"
@@ -127,9 +141,8 @@ TASK_NAMES = [
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_task_name_pattern_is_the_checks(conn: Conn, name: str) -> None:
+def test_task_name_pattern_is_job_problems_and_the_schedules_check(conn: Conn, name: str) -> None:
     ok = limits.TASK_NAME.fullmatch(name) is not None
-    assert check_passes(conn, "jobs", "jobs_task_valid", task=(name, "text")) is ok
     assert check_passes(conn, "schedules", "schedules_task_valid", task=(name, "text")) is ok
     assert (job_problem(conn, task=name) is None) is ok
 
@@ -187,22 +200,21 @@ def test_resource_limits_are_check_resource_limits(conn: Conn) -> None:
 
 
 def test_the_rules_errors_states_in_words_have_the_checks_numbers(conn: Conn) -> None:
-    """errors.py (layer 0, below core) words the jobs' rules for errors PostgreSQL raises itself; its numbers are
-    the constraints'."""
+    """errors.py (layer 0, below core) words the jobs' rules for errors PostgreSQL raises itself (the CHECKs left
+    on pgsched.jobs); its numbers are the constraints'."""
+    assert errors._JOB_RULES
     for name, text in errors._JOB_RULES.items():
         definition = _constraint(conn, "jobs", name)["definition"]
         allowed = set(re.findall(r"-?\d+", definition)) | {"0", "1"}
         assert set(re.findall(r"-?\d+", text)) <= allowed, (name, text, definition)
 
 
-def test_run_options_problem_is_the_checks(conn: Conn) -> None:
-    """A job's timeout and concurrency_key: no limit in Python, one rule in SQL besides the table's CHECKs."""
+def test_run_options_problem_is_the_rule(conn: Conn) -> None:
+    """A job's timeout and concurrency_key: no limit in Python, one rule in SQL."""
     for timeout, ok in (("1 microsecond", True), ("0", False), ("-1 second", False)):
-        assert check_passes(conn, "jobs", "jobs_timeout_positive", timeout=(timeout, "interval")) is ok
         problem = scalar(conn, "SELECT pgsched._run_options_problem(%s::interval, NULL) AS p", (timeout,))
         assert (problem is None) is ok, timeout
     for key, ok in (("k", True), ("k" * 200, True), ("", False), ("k" * 201, False)):
-        assert check_passes(conn, "jobs", "jobs_concurrency_key_length", concurrency_key=(key, "text")) is ok
         problem = scalar(conn, "SELECT pgsched._run_options_problem(NULL, %s) AS p", (key,))
         assert (problem is None) is ok, len(key)
 
