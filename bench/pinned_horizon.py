@@ -103,7 +103,10 @@ def _produce(dsn: str, rate: float, stop: Any, sent: Any, ready: Any) -> None:
 INSTALL = """
 import sys
 import psycopg
-from pgsched.db import schema
+try:
+    from pgsched.db import schema
+except ImportError:  # a tree from before the db package
+    from pgsched import schema
 with psycopg.connect(sys.argv[1], autocommit=True) as conn:
     schema.install_fresh(conn, shards=8)
     conn.execute("CREATE TABLE pgsched.alembic_version (version_num varchar(32) PRIMARY KEY)")
@@ -112,8 +115,12 @@ with psycopg.connect(sys.argv[1], autocommit=True) as conn:
 
 
 def install(dsn: str, source: Path) -> None:
-    """pgsched from the source tree's sql/ (its own code), marked as migrated to its head revision."""
-    env = dict(os.environ, PYTHONPATH=str(source))
+    """pgsched from the source tree's sql/ (its own code), marked as migrated to its head revision.
+
+    PYTHONSAFEPATH: ``python -c`` and ``python -m`` would put the working directory first on the path, and a run
+    started in this checkout would install and run this checkout's code under every other tree's name.
+    """
+    env = dict(os.environ, PYTHONPATH=str(source), PYTHONSAFEPATH="1")
     subprocess.run([sys.executable, "-c", INSTALL, dsn], env=env, check=True)
 
 
@@ -144,7 +151,7 @@ class Sampler(threading.Thread):
 
 
 def start_workers(dsn: str, source: Path, n: int, log_dir: Path, extra: list[str]) -> list[subprocess.Popen[bytes]]:
-    env = dict(os.environ, PYTHONPATH=f"{source}{os.pathsep}{HERE}", PGSCHED_DSN=dsn)
+    env = dict(os.environ, PYTHONPATH=f"{source}{os.pathsep}{HERE}", PYTHONSAFEPATH="1", PGSCHED_DSN=dsn)
     procs = []
     for i in range(n):
         log = (log_dir / f"worker-{i}.log").open("wb")

@@ -105,7 +105,7 @@ def run_once(dsn: str, source: Path, jobs: int, log: Path, wal_dir: Path | None 
             conn.execute(ENQUEUE, (min(1000, jobs - done), min(1000, jobs - done)))
         settle(conn)
         enqueued = counters(conn)
-        env = dict(os.environ, PYTHONPATH=f"{source}{os.pathsep}{HERE}", PGSCHED_DSN=dsn)
+        env = dict(os.environ, PYTHONPATH=f"{source}{os.pathsep}{HERE}", PYTHONSAFEPATH="1", PGSCHED_DSN=dsn)
         cmd = [sys.executable, "-m", "pgsched", "worker", "--app", "bench.apps.pgsched_app:app", "--burst"]
         began = time.perf_counter()
         with log.open("wb") as out:
