@@ -44,29 +44,30 @@ DECLARE
     v_shard smallint;
     v_ids bigint[];
     v_tokens bigint[];
-    v_results jsonb[];
     v_by_id jsonb;
 BEGIN
     SELECT * INTO v_config FROM pgsched.config;
+    -- The results by job id, once for the call and found by a binary search
+    -- (never a pass over the batch per job); none given, none built.
+    IF complete.results IS NOT NULL THEN
+        SELECT pg_catalog.jsonb_object_agg(u.id::text, u.result) INTO v_by_id
+        FROM unnest(complete.job_ids, complete.results) AS u(id, result)
+        WHERE u.id IS NOT NULL AND u.result IS NOT NULL;
+    END IF;
     -- One statement per shard of the batch, in that shard's partition only.
     -- A job given without its shard gets it from one primary-key probe per
     -- partition (none found: NULL, and the job is not accepted).
-    FOR v_shard, v_ids, v_tokens, v_results IN
-        SELECT s.shard, pg_catalog.array_agg(s.id), pg_catalog.array_agg(s.token), pg_catalog.array_agg(s.result)
+    FOR v_shard, v_ids, v_tokens IN
+        SELECT s.shard, pg_catalog.array_agg(s.id), pg_catalog.array_agg(s.token)
         FROM (
-            SELECT u.id, u.token, u.result,
+            SELECT u.id, u.token,
                    coalesce(u.shard, (SELECT f.shard FROM pgsched.jobs f WHERE f.id = u.id LIMIT 1)) AS shard
-            FROM unnest(complete.job_ids, complete.tokens, complete.results, complete.shards)
-                 AS u(id, token, result, shard)
+            FROM unnest(complete.job_ids, complete.tokens, complete.shards) AS u(id, token, shard)
             WHERE u.id IS NOT NULL
         ) s
         GROUP BY s.shard
         ORDER BY s.shard
     LOOP
-        -- the results by job id, found by a binary search (never a pass over the batch per job)
-        SELECT pg_catalog.jsonb_object_agg(u.id::text, u.result) INTO v_by_id
-        FROM unnest(v_ids, v_results) AS u(id, result)
-        WHERE u.result IS NOT NULL;
         RETURN QUERY
         WITH input AS (
             SELECT u.id, u.token FROM unnest(v_ids, v_tokens) AS u(id, token)

@@ -28,11 +28,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 -- Primary-key probes whatever the statistics say (see complete()).
 SET enable_seqscan = off
--- One plan for every call, whatever the batch's size: a custom plan would
--- plan the partitioned statement again at each call, for each shard of the
--- batch (5 ms a call of 100 jobs over 8 shards); the generic one prunes to
--- the shard when it starts, and is linear in the batch (probes by id, pairs
--- checked in a hash). No JIT for plans costed "disabled".
+-- One generic plan for every call, whatever the batch's size (see complete()).
 SET plan_cache_mode = force_generic_plan
 SET jit = off
 AS $$
