@@ -21,8 +21,10 @@ partitions; from pg_stat_user_functions: mean time per call of claim, start
 and complete (nested calls counted too), and from pg_stat_statements (track
 = all) the shared buffers the statement in each that finds the jobs reads,
 per job finished (steadier than times on a busy machine); from pg_stat_wal: WAL bytes per job
-finished (the whole cluster, housekeeping and vacuum included). After the release: seconds until
-every later one-second bucket's pickup p99 is within 2x the clean phase's.
+finished (the whole cluster, housekeeping and vacuum included). Recovery: the pickup p50/p99 of
+the jobs enqueued from 10 s after the release on, beside the clean phase's; and per phase, the
+one-second buckets whose pickup p99 is over twice the clean phase's (how many, and the last), the
+clean phase's own count being the noise floor of that test on this machine.
 
 ``--checkout DIR`` (repeatable) adds another version of pgsched (a source
 tree: its sql/ is installed in a database of its own and its pgsched package
@@ -56,6 +58,7 @@ HERE = Path(__file__).resolve().parent.parent
 _SPAWN = multiprocessing.get_context("spawn")
 PHASES = ("clean", "pinned", "released")
 TICK_S = 0.01
+RECOVERY_S = 10  # the seconds after the release by which the figures should be clean again
 ENQUEUE = (
     "SELECT count(*) FROM pgsched.enqueue_many(array_fill('noop'::text, ARRAY[%s]),"
     " ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(%s::integer, %s::integer) g))"
@@ -196,7 +199,7 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             deadline = time.monotonic() + 60
-            while conn.execute("SELECT count(*) FROM pgsched.workers").fetchone() < (opts.workers,):
+            while (conn.execute("SELECT count(*) FROM pgsched.workers").fetchone() or (0,))[0] < opts.workers:
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                     raise RuntimeError(f"workers did not start: see {log_dir}")
                 time.sleep(0.1)
@@ -276,17 +279,25 @@ def summarize(
             "functions": stats.get(phase, {}),
         }
     clean_p99 = out["clean"]["pickup_p99_ms"] or 0.0
+    slow: dict[str, list[int]] = {}
+    for phase, (begin, end) in bounds.items():
+        # One-second buckets of the phase (by enqueue time) whose pickup p99 is over twice the clean phase's:
+        # how many, and the second after which none is. For the clean phase itself this is the noise floor of
+        # the same test (one slow commit or checkpoint makes its second "slow").
+        buckets: dict[int, list[float]] = {}
+        for c, s, _ in history:
+            if begin <= c < end:
+                buckets.setdefault(int(c - begin), []).append((s - c) * 1000)
+        slow[phase] = [sec for sec in sorted(buckets) if (percentile(buckets[sec], 99) or 0.0) > 2 * clean_p99]
+        out[phase]["slow_seconds"] = len(slow[phase])
+        out[phase]["last_slow_s"] = slow[phase][-1] + 1 if slow[phase] else 0
+    out["released"]["recovery_s"] = out["released"]["last_slow_s"]
+    # "Clean within 10 s of the release": the jobs enqueued from then on, as one population.
     begin, end = bounds["released"]
-    buckets: dict[int, list[float]] = {}
-    for c, s, _ in history:
-        if begin <= c < end:
-            buckets.setdefault(int(c - begin), []).append((s - c) * 1000)
-    recovered = 0
-    for second in sorted(buckets):
-        p99 = percentile(buckets[second], 99) or 0.0
-        if p99 > 2 * clean_p99:
-            recovered = second + 1
-    out["released"]["recovery_s"] = recovered
+    later = [(s - c) * 1000 for c, s, _ in history if begin + RECOVERY_S <= c < end]
+    out["released"]["after_10s_p50_ms"] = percentile(later, 50)
+    out["released"]["after_10s_p99_ms"] = percentile(later, 99)
+    out["released"]["slow_seconds_after_10s"] = sum(1 for sec in slow["released"] if sec >= RECOVERY_S)
     return out
 
 
@@ -308,7 +319,19 @@ def report(label: str, result: dict[str, Any]) -> None:
             f" {fmt(r['pickup_p99_ms'])} | {r['depth_max']:,} | {r['depth_end']:,} | {r['dead_max']:,} |"
             f" {fmt(r.get('wal_per_job'), 0)} |"
         )
-    print(f"after the release, pickup p99 within 2x clean after {result['released']['recovery_s']} s")
+    rel, clean = result["released"], result["clean"]
+    print(
+        f"from {RECOVERY_S} s after the release on: pickup p50 {fmt(rel['after_10s_p50_ms'])} ms,"
+        f" p99 {fmt(rel['after_10s_p99_ms'])} ms (clean phase: {fmt(clean['pickup_p50_ms'])} /"
+        f" {fmt(clean['pickup_p99_ms'])} ms)"
+    )
+    print(
+        "one-second buckets with pickup p99 over 2x the clean phase's: "
+        + ", ".join(
+            f"{phase} {result[phase]['slow_seconds']} (last at {result[phase]['last_slow_s']} s)" for phase in PHASES
+        )
+        + f"; released, from {RECOVERY_S} s on: {rel['slow_seconds_after_10s']}"
+    )
     names = ("claim", "start", "complete")
     print(
         "| phase | "

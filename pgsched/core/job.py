@@ -124,7 +124,9 @@ class JobContext:
     _cancelled: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _lost: bool = field(default=False, repr=False)
-    _stamped: bool = field(default=False, repr=False)  # its start is recorded already (claimed into a free slot)
+    # its start is recorded already, by the claim; _stamped_at: the monotonic time it began to wait for a slot
+    _stamped: bool = field(default=False, repr=False)
+    _stamped_at: float = field(default=0.0, repr=False)
     # seconds it had been due when claimed (the database's clock), and the monotonic time of the claim
     _due_at_claim: tuple[float, float] | None = field(default=None, repr=False)
     _waker: threading.Event | None = field(default=None, repr=False)

@@ -8,6 +8,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
@@ -31,6 +32,12 @@ Resolve = Callable[[str], "Task[Any, Any] | None"]
 Done = Callable[[JobContext, Outcome], None]
 T = TypeVar("T")
 
+# How long a job whose start its claim recorded may wait for a slot under that start: its recorded start (and
+# the database's deadline, which runs from it) is then early by at most this, beside the claim's reply time
+# (as for a job claimed into a free slot); config.timeout_grace covers it. A job that waits longer has its
+# start recorded again when it gets its slot (the Starter, pgsched.start()).
+START_TOLERANCE = 0.010
+
 
 def _in_child(ctx: JobContext) -> bool:
     """Whether the process pool runs this job in a child: command jobs stay on the worker's threads (their runner
@@ -49,7 +56,10 @@ class Executor:
 
     With a ``gate`` (the worker's Starter), jobs that get a slot pass
     through it first: it records their start in the database, and refuses
-    those cancelled or lost meanwhile, then hands them to ``launch``.
+    those cancelled or lost meanwhile, then hands them to ``launch``. A job
+    whose start the claim recorded already (``_stamped``) skips the gate if
+    waits for its slot ``START_TOLERANCE`` at most. After a longer wait, the
+    gate records its start anew.
 
     Time limits (docs/timeouts.md): a coroutine past its limit is cancelled.
     In the thread pool, a sync run past its limit is failed at once and its
@@ -107,6 +117,8 @@ class Executor:
         self._lock = threading.Lock()
         self._waiting: deque[JobContext] = deque()
         self._running = 0
+        self._freed = 0  # slots freed so far
+        self._turnover: tuple[float, int, float] = (time.monotonic(), 0, 0.0)  # (when, _freed then, slots freed/s)
         self._queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._threads = [self._new_thread(i) for i in range(concurrency)]
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -276,16 +288,34 @@ class Executor:
         if self.gate is None:
             self.launch(contexts)
             return
-        stamped = [ctx for ctx in contexts if ctx._stamped]
+        now = time.monotonic()
+        stamped: list[JobContext] = []
+        gated: list[JobContext] = []
+        for ctx in contexts:
+            (stamped if ctx._stamped and now - ctx._stamped_at <= START_TOLERANCE else gated).append(ctx)
         if stamped:
             self.launch(stamped)
-        if len(stamped) < len(contexts):
-            self.gate([ctx for ctx in contexts if not ctx._stamped])
+        if gated:
+            self.gate(gated)
 
     def free_slots(self) -> int:
         """Slots that no job holds or waits for: jobs submitted now start at once, up to this many."""
         with self._lock:
             return max(0, self._concurrency - self._running - len(self._waiting))
+
+    def slots_within(self, seconds: float) -> int:
+        """How many jobs submitted now would get a slot within ``seconds``: the free slots, and those that
+        free up meanwhile at the recent rate (slots freed a second, averaged over about a second) beyond
+        the jobs already waiting for one."""
+        now = time.monotonic()
+        with self._lock:
+            when, freed, rate = self._turnover
+            if now - when >= 0.05:
+                weight = min(1.0, now - when)
+                rate = rate * (1 - weight) + (self._freed - freed) / (now - when) * weight
+                self._turnover = (now, self._freed, rate)
+            free = max(0, self._concurrency - self._running - len(self._waiting))
+            return free + max(0, int(rate * seconds) - len(self._waiting))
 
     def launch(self, contexts: list[JobContext]) -> None:
         """Run jobs that hold a slot (each checks its stop signals first)."""
@@ -324,6 +354,7 @@ class Executor:
             if self._loop_jobs.get(ctx.id) is ctx:
                 del self._loop_jobs[ctx.id]
             self._running -= 1
+            self._freed += 1
             starting = self._take_slots()
         self._admit(starting)
 

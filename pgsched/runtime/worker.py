@@ -38,7 +38,7 @@ from pgsched.observe.redact import describe
 from pgsched.runtime import burst
 from pgsched.runtime.claiming import PassOver, claimed_fields, job_context
 from pgsched.runtime.completer import Completer
-from pgsched.runtime.executor import Executor
+from pgsched.runtime.executor import START_TOLERANCE, Executor
 from pgsched.runtime.expansion import ScheduleKeeper
 from pgsched.runtime.heartbeater import Heartbeater
 from pgsched.runtime.held import Held
@@ -338,10 +338,12 @@ class Worker:
         # turn (the claim reads each queue's due jobs in one ordered scan).
         start_shard = None if not len(self._held) else self._shard_cursor
 
-        # Jobs that take a free slot at once have their start recorded by the
+        # Jobs that will take a slot at once have their start recorded by the
         # claim itself (claim(..., starts => k): no start() statement, no second
-        # row version); the others when a slot takes them (the starter).
-        at_once = min(n, self._executor.free_slots())
+        # row version): those with a free slot, and those the slots freeing up
+        # take within START_TOLERANCE (at the recent rate); the others, and any
+        # that wait longer after all, when a slot takes them (the starter).
+        at_once = min(n, self._executor.slots_within(START_TOLERANCE))
 
         def run(conn: psycopg.Connection[Any]) -> list[tuple[ClaimedJob, str | None, float | None]]:
             names = self._queues.current(conn)
@@ -375,6 +377,8 @@ class Worker:
         for ctx, due in zip(contexts, self.metrics.claimed_jobs([job for job, _, _ in jobs], opts.lease), strict=True):
             if due is not None:
                 ctx._due_at_claim = (due, claimed_at)
+        for ctx in contexts:
+            ctx._stamped_at = claimed_at  # from here on, its wait for a slot counts against START_TOLERANCE
         self._executor.submit_many(contexts)
         return claimed
 
@@ -447,7 +451,7 @@ class Worker:
         if self._starter is not None:
             unstarted += self._starter.close()  # took a slot, start not yet recorded: never started
         self._held.forget(unstarted)
-        self._release(unstarted, "not started")
+        self._release(unstarted, "not started", ran=False)
         self._stop_services()
 
         deadline = time.monotonic() + (0 if self._forced else opts.shutdown_timeout)
@@ -491,13 +495,15 @@ class Worker:
             [ctx for ctx in self._held.contexts() if getattr(self.app.tasks.get(ctx.task), "service", False)]
         )
 
-    def _release(self, contexts: list[JobContext], why: str) -> None:
+    def _release(self, contexts: list[JobContext], why: str, *, ran: bool = True) -> None:
+        """Hand jobs back; ``ran=False``: their handlers never ran (a start the claim recorded is withdrawn)."""
         if not contexts or self._claim_db is None:
             return
         ids = [c.id for c in contexts]
         tokens = [c.lease_token for c in contexts]
+        flags = [ran] * len(contexts)
         try:
-            rows = self._claim_db.call(lambda c: c.execute(queries.RELEASE, (ids, tokens)).fetchall())
+            rows = self._claim_db.call(lambda c: c.execute(queries.RELEASE, (ids, tokens, flags)).fetchall())
             log.info("handed back %d jobs (%s): %s", len(rows), why, dict(rows) if len(rows) <= 20 else "...")
         except psycopg.Error as exc:
             log.error("could not hand back %d jobs (%s): %s; their leases will expire", len(ids), why, exc)

@@ -21,8 +21,10 @@
 -- one claimer at a time. Tenant fairness needs no path of its own: its
 -- shares are in the stamps the index is ordered by (_fair_stamp).
 --
--- starts: how many of the claimed jobs take a free handler slot at once
--- (start_tasks: only jobs of these tasks; NULL: any). The first `starts` in
+-- starts: how many of the claimed jobs take a handler slot at once (a
+-- worker counts those a slot frees up for within moments too, and records
+-- the start again if one waits longer after all; start_tasks: only jobs of
+-- these tasks; NULL: any). The first `starts` in
 -- claim order are recorded as started by the claim itself (started_at,
 -- deadline_at: what pgsched.start() records), so a job that runs at once
 -- costs no start() statement and no second row version; they come back with

@@ -173,6 +173,34 @@ def test_a_job_released_before_it_started_counts_no_hand_back(conn: Conn, now: d
     assert history(conn, job_id)[0]["state"] == "dead"
 
 
+def test_a_job_whose_start_the_claim_recorded_but_never_ran_counts_no_hand_back(conn: Conn, now: datetime) -> None:
+    # A worker's claim records the start of jobs it expects to take a slot within moments; one still waiting
+    # at shutdown is handed back with ran => false: its start is withdrawn and nothing counts.
+    conn.execute("UPDATE pgsched.config SET max_handbacks = 0")
+    job_id = enqueue(conn)
+    [got] = conn.execute(
+        "SELECT * FROM pgsched.claim('w1', '{default}', 1, '30s', p_now => %s, starts => 1)", [now]
+    ).fetchall()
+    assert got["started_at"] is not None
+    rows = conn.execute(
+        "SELECT * FROM pgsched.release(%s::bigint[], %s::bigint[], %s, ran => '{false}')",
+        [[job_id], [got["lease_token"]], now],
+    ).fetchall()
+    assert [r["outcome"] for r in rows] == ["available"]
+    row = job(conn, job_id)
+    assert row is not None
+    assert (row["handbacks"], row["started_at"], row["deadline_at"]) == (0, None, None)
+    # ran => true (the default), the same start counts: max_handbacks 0 makes the first one dead
+    [got] = conn.execute(
+        "SELECT * FROM pgsched.claim('w1', '{default}', 1, '30s', p_now => %s, starts => 1)", [now]
+    ).fetchall()
+    rows = conn.execute(
+        "SELECT * FROM pgsched.release(%s::bigint[], %s::bigint[], %s, ran => '{true}')",
+        [[job_id], [got["lease_token"]], now],
+    ).fetchall()
+    assert [r["outcome"] for r in rows] == ["dead"]
+
+
 def test_snoozes_are_not_hand_backs(conn: Conn, now: datetime) -> None:
     conn.execute("UPDATE pgsched.config SET max_handbacks = 0")
     job_id = enqueue(conn)

@@ -47,7 +47,7 @@ SELECT pgsched.fail(%s, %s, %s, now() + %s::interval, %s, result => %s::jsonb);
 SELECT pgsched.snooze(%s, %s, now() + %s::interval);
 
 -- name: release
-SELECT job_id, outcome FROM pgsched.release(%s::bigint[], %s::bigint[]);
+SELECT job_id, outcome FROM pgsched.release(%s::bigint[], %s::bigint[], ran => %s::boolean[]);
 
 -- name: promote_due
 SELECT pgsched.promote_due();
