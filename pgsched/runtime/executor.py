@@ -58,8 +58,8 @@ class Executor:
     through it first: it records their start in the database, and refuses
     those cancelled or lost meanwhile, then hands them to ``launch``. A job
     whose start the claim recorded already (``_stamped``) skips the gate if
-    waits for its slot ``START_TOLERANCE`` at most. After a longer wait, the
-    gate records its start anew.
+    it waited for its slot ``START_TOLERANCE`` at most; after a longer wait,
+    the gate records its start anew.
 
     Time limits (docs/timeouts.md): a coroutine past its limit is cancelled.
     In the thread pool, a sync run past its limit is failed at once and its
