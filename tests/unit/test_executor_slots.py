@@ -3,34 +3,19 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 import pytest
 
-from pgsched.core.job import ClaimedJob, JobContext
+from pgsched.core.job import JobContext
 from pgsched.runtime.executor import START_TOLERANCE, Executor
+from tests.unit.test_held import _ctx as held_ctx
 
 pytestmark = pytest.mark.unit
 
 
 def _ctx(job_id: int, *, stamped_at: float | None = None, timeout: float | None = None) -> JobContext:
-    now = datetime.now(UTC)
-    job = ClaimedJob(
-        id=job_id,
-        shard=0,
-        queue="default",
-        task="t",
-        args={},
-        attempt=1,
-        max_attempts=3,
-        lease_token=job_id,
-        idempotency_key=None,
-        run_at=now,
-        priority=0,
-        tenant=None,
-        created_at=now,
-    )
-    ctx = JobContext(job=job, worker="w", timeout=timeout)
+    ctx = held_ctx(job_id, token=job_id)
+    ctx.timeout = timeout
     if stamped_at is not None:
         ctx._stamped, ctx._stamped_at = True, stamped_at
     return ctx
