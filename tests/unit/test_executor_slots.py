@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from pgsched.core.job import JobContext
+from pgsched.runtime import executor
 from pgsched.runtime.executor import START_TOLERANCE, Executor
 from tests.unit.test_held import _ctx as held_ctx
 
@@ -66,24 +68,28 @@ def test_a_started_job_that_waited_for_its_slot_past_the_tolerance_is_gated() ->
     assert ex.launched == []
 
 
-def test_slots_within_counts_free_slots_and_those_freeing_up_beyond_the_jobs_waiting() -> None:
+def test_slots_within_counts_free_slots_and_those_freeing_up_beyond_the_jobs_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]  # the executor's monotonic clock, moved by the test
+    monkeypatch.setattr(executor, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     ex = _Recorded(10)
     assert ex.slots_within(START_TOLERANCE) == 10  # all free, no rate yet
     ex.submit_many([_ctx(i) for i in range(10)])
     assert ex.slots_within(START_TOLERANCE) == 0  # all taken, nothing freeing up
-    # slots free up at a few thousand a second, and the worker asks before each claim (here every 10 ms):
+    # slots free up at 5,000 a second, and the worker asks before each claim (here every 10 ms):
     # after a second, the rate it counts with is most of the true one (an average over about a second)
     ex.submit_many([_ctx(100 + i) for i in range(10)])
-    began = time.monotonic()
+    began = clock[0]
     freed, asked = 0, began
-    while time.monotonic() < began + 1.0:
+    while clock[0] < began + 1.0:
+        clock[0] += 0.0002
         ex.submit_many([_ctx(1000 + freed)])
         ex.free_one()
         freed += 1
-        if time.monotonic() - asked >= 0.01:
+        if clock[0] - asked >= 0.01:
             ex.slots_within(START_TOLERANCE)
-            asked = time.monotonic()
-        time.sleep(0.0002)
-    rate = freed / (time.monotonic() - began)
+            asked = clock[0]
+    rate = freed / (clock[0] - began)
     got = ex.slots_within(0.010)
     assert int(rate * 0.010 * 0.3) - 10 <= got <= int(rate * 0.010) - 10 + 1  # minus the 10 waiting
