@@ -38,20 +38,33 @@ def seed_long_values(conn: Conn) -> int:
 
 
 # Per table on the page: how far it overflows its box, and its narrowest column (heading, width in px)
-# among those whose cells hold text longer than their heading.
+# among those whose cells hold text longer than their heading and do not show it whole: a cell is cut (an
+# element or the cell itself narrower than its text) or its text wraps onto more lines than one. A column
+# of short values shown whole ("12.3s ago") is as wide as it needs to be, however narrow.
 MEASURE = """
-(() => [...document.querySelectorAll('table')].map(t => {
+(() => {
+  const cut = (td) => {
+    if (!td) return false;
+    if ([td, ...td.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1)) return true;
+    const range = document.createRange();
+    range.selectNodeContents(td);
+    const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+    return tops.size > 1;
+  };
+  return [...document.querySelectorAll('table')].map(t => {
   const box = t.closest('.scroll') || t.parentElement;
   const heads = [...t.querySelectorAll('thead th')];
   const rows = [...t.querySelectorAll('tbody tr')];
   const cols = heads.filter(th => th.textContent !== '').map((th) => ({
     heading: th.textContent, width: th.getBoundingClientRect().width,
     longest: Math.max(0, ...rows.map(r => (r.children[th.cellIndex] || {textContent: ''}).textContent.length)),
-  })).filter(c => c.longest > c.heading.length + 4);
+    cut: rows.some(r => cut(r.children[th.cellIndex])),
+  })).filter(c => c.longest > c.heading.length + 4 && c.cut);
   const narrowest = cols.reduce((a, c) => (a === null || c.width < a.width ? c : a), null);
   return {overflow: box.scrollWidth - box.clientWidth, page: document.documentElement.scrollWidth - innerWidth,
           narrowest: narrowest && [narrowest.heading, Math.round(narrowest.width)]};
-}))()
+  });
+})()
 """
 
 
