@@ -138,8 +138,9 @@ class JobContext:
     _progress: tuple[float, str | None] | None = field(default=None, repr=False)  # the last report
     _progress_pending: bool = field(default=False, repr=False)  # told to the journal, not yet taken
     _steps: dict[str, Any] | None = field(default=None, repr=False)  # recorded step results, once loaded
-    # Reads the job's dependencies from the database (set by whatever runs the job); None: nothing to read with.
-    _load_dependencies: Callable[[], tuple[Dependency, ...]] | None = field(default=None, repr=False)
+    # Reads a job's dependencies from the database, given its id (set by whatever runs the job, one for all
+    # its jobs); None: nothing to read with.
+    _load_dependencies: Callable[[int], tuple[Dependency, ...]] | None = field(default=None, repr=False)
     _dependencies: tuple[Dependency, ...] | None = field(default=None, repr=False)
 
     @property
@@ -190,7 +191,7 @@ class JobContext:
         if self._dependencies is None:
             if self._load_dependencies is None:
                 raise RuntimeError(f"job {self.id}: its dependencies cannot be read here (no database at hand)")
-            self._dependencies = self._load_dependencies()
+            self._dependencies = self._load_dependencies(self.job.id)
         return self._dependencies
 
     @property

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from dataclasses import fields
+from typing import Any, Final
 
 import psycopg
 
@@ -18,13 +19,21 @@ from pgsched.runtime.housekeeping import UNSERVED_CHECK_INTERVAL
 log = logging.getLogger("pgsched.runtime.worker")  # the worker's lines
 
 
-def claimed_fields(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("started", "timeout")}
+# A claim's row: ClaimedJob's fields in order, then what the claim said of its start, and the job's timeout
+# (pgsched/db/sql/work.sql, claim_and_start).
+CLAIMED_FIELDS: Final = tuple(f.name for f in fields(ClaimedJob))
 
 
-def job_context(job: ClaimedJob, worker: str, started: str | None, timeout: float | None, dsn: str) -> JobContext:
+def claimed_row(row: tuple[Any, ...]) -> tuple[ClaimedJob, str | None, float | None]:
+    """A claim_and_start row as (job, what its start was, its timeout in seconds)."""
+    return ClaimedJob(**dict(zip(CLAIMED_FIELDS, row, strict=False))), row[-2], row[-1]
+
+
+def job_context(
+    job: ClaimedJob, worker: str, started: str | None, timeout: float | None, load: dependencies.Loader | None
+) -> JobContext:
     """A claimed job's context; ``started``: what the claim's pgsched.start() said, if it recorded the start."""
-    ctx = JobContext(job=job, worker=worker, timeout=timeout, _load_dependencies=dependencies.from_dsn(dsn, job.id))
+    ctx = JobContext(job=job, worker=worker, timeout=timeout, _load_dependencies=load)
     if started == "started":
         ctx._stamped = True
     elif started == "cancel_requested":

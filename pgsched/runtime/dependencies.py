@@ -12,7 +12,9 @@ from pgsched.core.job import Dependency
 from pgsched.db import queries
 from pgsched.db.translate import translated
 
-Loader = Callable[[], tuple[Dependency, ...]]
+# One loader serves every job of whatever runs them (a worker makes thousands of contexts a second: none of them
+# gets a loader of its own); it is given the job's id.
+Loader = Callable[[int], tuple[Dependency, ...]]
 
 
 def read(conn: psycopg.Connection[Any], job_id: int) -> tuple[Dependency, ...]:
@@ -22,16 +24,16 @@ def read(conn: psycopg.Connection[Any], job_id: int) -> tuple[Dependency, ...]:
     return tuple(Dependency(int(r[0]), str(r[1]), r[2], r[3]) for r in rows)
 
 
-def from_dsn(dsn: str, job_id: int) -> Loader:
-    """A loader that opens a short connection of its own when the handler asks (a worker's handlers)."""
+def from_dsn(dsn: str) -> Loader:
+    """A loader that opens a short connection of its own when a handler asks (a worker's handlers)."""
 
-    def load() -> tuple[Dependency, ...]:
+    def load(job_id: int) -> tuple[Dependency, ...]:
         with translated(), psycopg.connect(dsn, autocommit=True) as conn:
             return read(conn, job_id)
 
     return load
 
 
-def on(conn: psycopg.Connection[Any], job_id: int) -> Loader:
+def on(conn: psycopg.Connection[Any]) -> Loader:
     """A loader that reads on ``conn`` (a drain's connection, inside its transaction)."""
-    return lambda: read(conn, job_id)
+    return lambda job_id: read(conn, job_id)

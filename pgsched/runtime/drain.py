@@ -77,6 +77,7 @@ def drain(
     offered = list(labels) if labels is not None else sorted({lb for t in app.tasks.values() for lb in t.labels})
     own = conn is None
     db = app.connect() if conn is None else conn
+    load_dependencies = dependencies.on(db)
     with translated():
         try:
             while result.ran < limit:
@@ -97,7 +98,7 @@ def drain(
                 if not jobs:
                     break
                 for job in jobs:
-                    ctx = JobContext(job=job, worker=worker, _load_dependencies=dependencies.on(db, job.id))
+                    ctx = JobContext(job=job, worker=worker, _load_dependencies=load_dependencies)
                     journal = ConnJournal(db)
                     ctx._journal = journal
                     if otel.ENABLED and otel.live():

@@ -36,7 +36,7 @@ T = TypeVar("T")
 # the database's deadline, which runs from it) is then early by at most this, beside the claim's reply time
 # (as for a job claimed into a free slot); config.timeout_grace covers it. A job that waits longer has its
 # start recorded again when it gets its slot (the Starter, pgsched.start()).
-START_TOLERANCE = 0.010
+START_TOLERANCE = 0.050
 
 
 def _in_child(ctx: JobContext) -> bool:

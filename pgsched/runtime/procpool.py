@@ -195,6 +195,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     journal = None if dsn is None else Journal(dsn, prepare=False)  # connects at the first progress or step
+    load_dependencies = dependencies.from_dsn(app.dsn)
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -210,7 +211,7 @@ def _child_main(app_ref: str, dsn: str | None, conn: multiprocessing.connection.
             worker=worker,
             timeout=timeout,
             _journal=journal,
-            _load_dependencies=dependencies.from_dsn(app.dsn, job.id),
+            _load_dependencies=load_dependencies,
         )
         outcome = run_sync(app.tasks.get(job.task), ctx, lambda value: asyncio.run(_await(value)))
         try:

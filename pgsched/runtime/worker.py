@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import class_row, tuple_row
 
 from pgsched.core.job import ClaimedJob, JobContext
 from pgsched.core.registry import Registry, sync_schedules
@@ -35,8 +35,8 @@ from pgsched.db.dbconn import Reconnecting
 from pgsched.db.settings import is_embedded_fallback
 from pgsched.observe.metrics import MetricsServer, WorkerMetrics, worker_registry
 from pgsched.observe.redact import describe
-from pgsched.runtime import burst
-from pgsched.runtime.claiming import PassOver, claimed_fields, job_context
+from pgsched.runtime import burst, dependencies
+from pgsched.runtime.claiming import PassOver, claimed_row, job_context
 from pgsched.runtime.completer import Completer
 from pgsched.runtime.executor import START_TOLERANCE, Executor
 from pgsched.runtime.expansion import ScheduleKeeper
@@ -118,6 +118,7 @@ class Worker:
         self._vacuumer: Vacuumer | None = None
         self._keeper: ScheduleKeeper | None = None  # expands schedules on shards no scanner holds
         self._claim_db: Reconnecting | None = None
+        self._load_dependencies: dependencies.Loader | None = None
         self._housekeeping = LoneHousekeeping(
             self.name,
             enabled=self.options.housekeeping,
@@ -169,6 +170,7 @@ class Worker:
     def _run(self, dsn: str) -> int:
         opts = self.options
         self._claim_db = Reconnecting(dsn, purpose=f"worker {self.name}", stop=self._stopping, prepare=opts.prepare)
+        self._load_dependencies = dependencies.from_dsn(dsn)  # every job's ctx.dependencies
         self._startup(self._claim_db.get())
         self._start_metrics()
         self._completer = Completer(
@@ -353,9 +355,8 @@ class Worker:
                     return [(job, None, None) for job in cur.execute(queries.CLAIM, claim_args).fetchall()]
             params = dict(zip(("worker", "queues", "n", "lease", "labels", "start_shard"), claim_args, strict=True))
             params.update(at_once=at_once, tasks=list(self.app.tasks))
-            with conn.cursor(row_factory=dict_row) as cur:
-                rows = cur.execute(queries.CLAIM_AND_START, params).fetchall()
-            return [(ClaimedJob(**claimed_fields(row)), row["started"], row["timeout"]) for row in rows]
+            with conn.cursor(row_factory=tuple_row) as cur:
+                return [claimed_row(row) for row in cur.execute(queries.CLAIM_AND_START, params).fetchall()]
 
         started = time.perf_counter()
         jobs = self._claim_db.call(run)
@@ -370,7 +371,8 @@ class Worker:
             jobs = [entry for entry in jobs if entry[0].task in self.app.tasks]
         if not jobs:
             return claimed
-        contexts = [job_context(job, self.name, outcome, timeout, self.app.dsn) for job, outcome, timeout in jobs]
+        load = self._load_dependencies
+        contexts = [job_context(job, self.name, outcome, timeout, load) for job, outcome, timeout in jobs]
         self._held.add(contexts)
         self.counts["claimed"] += len(jobs)
         claimed_at = time.monotonic()

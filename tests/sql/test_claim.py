@@ -7,7 +7,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from psycopg.rows import tuple_row
 
+from pgsched.db import queries
+from pgsched.runtime.claiming import CLAIMED_FIELDS, claimed_row
 from tests.sql.helpers import (
     Conn,
     claim,
@@ -257,3 +260,22 @@ def test_claim_starts_only_the_tasks_it_is_told_and_never_a_job_whose_cancel_was
 def test_a_claim_without_starts_starts_nothing(conn: Conn, now: datetime) -> None:
     enqueue_many(conn, ["t"] * 3)
     assert [r["started_at"] for r in claim_starting(conn, 3, 0, now)] == [None, None, None]
+
+
+def test_the_workers_claim_query_reads_back_as_claimed_jobs(conn: Conn) -> None:
+    """The worker's claim_and_start reads its rows by position (no dict per row): the query's columns must be
+    ClaimedJob's fields in order, then started and timeout."""
+    started = enqueue(conn, "t", {"a": 1}, timeout=timedelta(seconds=7))
+    waiting = enqueue(conn, "t")
+    params = {"worker": "w1", "queues": ["default"], "n": 2, "lease": timedelta(seconds=30), "labels": []}
+    params.update(start_shard=None, at_once=1, tasks=["t"])
+    with conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(queries.CLAIM_AND_START, params).fetchall()
+        names = tuple(c.name for c in cur.description or ())
+    assert names == (*CLAIMED_FIELDS, "started", "timeout")
+    claimed = [claimed_row(row) for row in rows]
+    assert [(job.id, job.args, job.task, outcome, timeout) for job, outcome, timeout in claimed] == [
+        (started, {"a": 1}, "t", "started", 7.0),
+        (waiting, {}, "t", None, None),
+    ]
+    assert all(job.lease_token > 0 and job.lease_expires_at is not None for job, _, _ in claimed)
