@@ -59,7 +59,7 @@ def test_a_started_job_that_waited_for_its_slot_past_the_tolerance_is_gated() ->
     ex = _Recorded(1)
     ex.submit_many([_ctx(1)])
     assert ex.gated == [1]
-    waiting = _ctx(2, stamped_at=time.monotonic() - 2 * START_TOLERANCE)  # claimed twice the tolerance ago, still waiting
+    waiting = _ctx(2, stamped_at=time.monotonic() - 2 * START_TOLERANCE)  # claimed 2 tolerances ago, waiting
     ex.submit_many([waiting])
     assert ex.launched == []
     assert ex.gated == [1]
