@@ -73,7 +73,8 @@ STATEMENTS = """
 SELECT f, sum(calls)::bigint, sum(shared_blks_hit + shared_blks_read)::float8 / nullif(sum(calls), 0)
 FROM pg_stat_statements s
 JOIN (VALUES ('claim', 'WITH due AS MATERIALIZED'), ('start', 'UPDATE pgsched\\.jobs j\\s+SET started_at'),
-             ('complete', 'DELETE FROM pgsched\\.jobs j\\s+USING input')) m(f, pattern) ON s.query ~ m.pattern
+             ('complete', 'DELETE FROM pgsched\\.jobs j\\s+WHERE j\\.shard = v_shard'))
+     m(f, pattern) ON s.query ~ m.pattern
 WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 GROUP BY f
 """

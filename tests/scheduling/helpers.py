@@ -25,15 +25,19 @@ def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.01, what: str = "") -> T:
-    """Poll predicate until it returns something truthy; fail the test at the deadline."""
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.01, what: str | Callable[[], str] = ""
+) -> T:
+    """Poll predicate until it returns something truthy; fail the test at the deadline, saying ``what`` (called
+    then, if it is a function: the state it describes is the state at the deadline)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+            said = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout}s waiting for {said or predicate}")
         time.sleep(interval)
 
 

@@ -182,6 +182,7 @@ def test_a_scanner_paused_past_its_lease_writes_nothing_when_it_resumes(
             written()
             >= {("pgsched scanner scanner-b", "schedule_occurrences"), ("pgsched scanner scanner-b", "schedules")}
         ),
+        timeout=15,
         what=lambda: f"scanner-b's expansion writes (written so far: {sorted(written())})",
     )
     occurrences_before = conn.execute("SELECT * FROM pgsched.schedule_occurrences ORDER BY fire_at").fetchall()
