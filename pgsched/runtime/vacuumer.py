@@ -3,6 +3,13 @@
 Every second it turns the ring of pgsched.ready (``pgsched.rotate_ready``): a
 new slot opens, and slots whose due jobs have all been claimed are emptied by
 TRUNCATE, which needs no vacuum and is not held back by the xmin horizon.
+While a transaction has held the horizon for PINNED_AFTER seconds or more, it
+turns the ring four times a second: every claim steps over the entries of the
+jobs claimed since their slot opened, and with the horizon held none of them
+can be marked dead in the index, so a claim at thousands of jobs a second would
+step over tens of thousands. A quarter-second slot keeps that to a few
+thousand, at the price of a TRUNCATE (and every session's plans of the ring
+made again) four times a second, which is why it is not done always.
 
 Every job leaves two dead row versions in pgsched.jobs (one when it is
 claimed, one when it finishes). Autovacuum comes round at most once per
@@ -34,6 +41,7 @@ import logging
 import random
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -48,8 +56,11 @@ log = logging.getLogger(__name__)
 MIN_DEAD = 10_000
 #: ... as are those with fewer dead than this fraction of their live rows.
 DEAD_RATIO = 0.2
-#: Seconds between turns of the ring of due jobs (pgsched.rotate_ready, which keeps each slot open a second).
+#: Seconds between turns of the ring of due jobs (pgsched.rotate_ready), and how long each slot stays open.
 ROTATE_INTERVAL = 1.0
+#: ... while the xmin horizon is held (pgsched.xmin_horizon(): a transaction open this many seconds or more).
+PINNED_ROTATE_INTERVAL = 0.25
+PINNED_AFTER = 2.0
 
 
 class Vacuumer:
@@ -80,6 +91,7 @@ class Vacuumer:
         # horizon is still that one, everything that vacuum could not remove is still unremovable.
         self._vacuumed_under: dict[str, str] = {}
         self._pinned_by: str | None = None  # the horizon last reported as pinned (said once)
+        self.rotate_interval = ROTATE_INTERVAL  # PINNED_ROTATE_INTERVAL while the horizon is held
         self._thread = threading.Thread(target=self._loop, name="pgsched-vacuum", daemon=True)
 
     def start(self) -> None:
@@ -100,9 +112,12 @@ class Vacuumer:
     def _loop(self) -> None:
         # Jittered, so that many workers started together do not all look at once.
         next_check = time.monotonic() + self._interval * (0.8 + 0.4 * random.random())
-        tick = min(ROTATE_INTERVAL, self._interval)
-        while not self._stop.wait(tick * (0.8 + 0.4 * random.random())):
+        next_horizon = 0.0
+        while not self._stop.wait(min(self.rotate_interval, self._interval) * (0.8 + 0.4 * random.random())):
             try:
+                if time.monotonic() >= next_horizon:
+                    next_horizon = time.monotonic() + ROTATE_INTERVAL
+                    self.watch_horizon()
                 self.rotate()
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + self._interval * (0.8 + 0.4 * random.random())
@@ -115,9 +130,26 @@ class Vacuumer:
                 if not self._stop.is_set():
                     log.warning("vacuum check failed: %s", exc)
 
+    def watch_horizon(self) -> None:
+        """Turn the ring faster while a transaction has held the xmin horizon PINNED_AFTER seconds or more (one
+        this role may see: without pg_read_all_stats, its own sessions), at the usual pace again once it has gone."""
+        try:
+            holder = self._db.get().execute(queries.XMIN_HOLDER).fetchone()
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except psycopg.Error as exc:
+            log.debug("could not read the xmin horizon (%s); turning the ring at the usual pace", exc)
+            holder = None
+        age_s = holder[4] if holder else None
+        interval = PINNED_ROTATE_INTERVAL if age_s is not None and age_s >= PINNED_AFTER else ROTATE_INTERVAL
+        if interval != self.rotate_interval:
+            log.debug("turning the ring of due jobs every %gs (xmin horizon held for %ss)", interval, age_s)
+        self.rotate_interval = interval
+
     def rotate(self) -> list[tuple[int, str, int | None]]:
-        """Turn the ring of due jobs (pgsched.rotate_ready): returns what it did to which slot."""
-        rows: list[tuple[int, str, int | None]] = self._db.get().execute(queries.ROTATE_READY).fetchall()
+        """Turn the ring of due jobs (pgsched.rotate_ready, slots open rotate_interval): returns what it did."""
+        period = timedelta(seconds=self.rotate_interval)
+        rows: list[tuple[int, str, int | None]] = self._db.get().execute(queries.ROTATE_READY, (period,)).fetchall()
         for slot, action, moved in rows:
             if action == "kept":
                 log.debug("ready slot %d kept: %s due jobs still in it", slot, moved)

@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 
 from pgsched.cli.doctor import FAIL, OK, WARN, Limits, check_dead_tuples, check_horizon
 from pgsched.observe.metrics import queue_families, read_snapshot
+from pgsched.runtime import vacuumer as vacuumer_module
 from pgsched.runtime.vacuumer import Vacuumer
 from tests.integration.conftest import wait_for
 from tests.integration.test_vacuumer import make_dead_rows
@@ -177,3 +178,38 @@ def test_a_partition_grown_far_past_the_planners_pages_is_analyzed(dsn: str, hol
         vacuumer.close()
     with psycopg.connect(dsn, autocommit=True) as c:
         assert c.execute("SELECT count(*) FROM pgsched.vacuum_candidates(1000000, 1000)").fetchone() == (0,)
+
+
+def open_slot_aged(dsn: str, seconds: float) -> int:
+    """The open slot of the ring, as if opened that many seconds ago."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute(
+            "UPDATE pgsched.ready_ring SET opened_at = clock_timestamp() - make_interval(secs => %s)"
+            " WHERE closed_at IS NULL RETURNING slot",
+            [seconds],
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_ring_turns_four_times_a_second_while_a_transaction_holds_the_horizon(
+    dsn: str, holder: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a held horizon no claimed job's ring entry can be marked dead, so every claim steps over all those of
+    its slot: slots then stay open a quarter second, not a second. Without a holder, the usual second."""
+    monkeypatch.setattr(vacuumer_module, "PINNED_AFTER", 0.0)  # the holder's transaction is a moment old
+    vacuumer = Vacuumer(dsn, interval=60, purpose="test")
+    try:
+        vacuumer.rotate()  # the ring's rows exist
+        vacuumer.watch_horizon()
+        assert vacuumer.rotate_interval == vacuumer_module.PINNED_ROTATE_INTERVAL
+        open_slot_aged(dsn, 0.3)  # open longer than a quarter second: the next slot opens
+        assert [a for _, a, _ in vacuumer.rotate() if a == "opened"] == ["opened"]
+
+        holder.rollback()  # the horizon moves on: the usual pace again
+        vacuumer.watch_horizon()
+        assert vacuumer.rotate_interval == vacuumer_module.ROTATE_INTERVAL
+        open_slot_aged(dsn, 0.3)  # open for less than a second: it stays open
+        assert [a for _, a, _ in vacuumer.rotate() if a == "opened"] == []
+    finally:
+        vacuumer.close()

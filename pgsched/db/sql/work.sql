@@ -106,8 +106,9 @@ ORDER BY d.queue;
 SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgsched.vacuum_candidates(%s, %s);
 
 -- name: rotate_ready
--- The ring of due jobs: open the next slot, empty the drained ones (the vacuum thread, every second).
-SELECT slot, action, moved FROM pgsched.rotate_ready();
+-- The ring of due jobs: open the next slot, empty the drained ones (the vacuum thread, every second; four
+-- times a second, with slots open a quarter second, while the xmin horizon is held).
+SELECT slot, action, moved FROM pgsched.rotate_ready(%s::interval);
 
 -- name: report_progress
 SELECT job_id, kept FROM pgsched.report_progress(%s::bigint[], %s::bigint[], %s::real[], %s::text[]);
