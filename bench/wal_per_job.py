@@ -92,6 +92,38 @@ def waldump(wal_dir: Path, start: str, end: str, jobs: int) -> list[str]:
     return [text for _, text in sorted(rows, reverse=True)]
 
 
+def by_relation(dsn: str, wal_dir: Path, start: str, end: str, jobs: int) -> list[str]:
+    """WAL bytes of an LSN range per relation (partitions summed into their table or index) and record type."""
+    done = subprocess.run(
+        [str(PG_BIN / "pg_waldump"), "-p", str(wal_dir), "-s", start, "-e", end],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    with psycopg.connect(dsn) as conn:
+        names = {
+            str(node): name
+            for node, name in conn.execute(
+                "SELECT pg_relation_filenode(c.oid), coalesce(pg_partition_root(c.oid), c.oid)::regclass::text"
+                " FROM pg_class c WHERE pg_relation_filenode(c.oid) IS NOT NULL"
+            )
+        }
+    sizes: dict[tuple[str, str], list[int]] = {}
+    for line in done.stdout.splitlines():
+        found = re.search(r"rmgr: (\w+)\s+len \(rec/tot\):\s*\d+/\s*(\d+).*?desc: (\w+)", line)
+        if not found:
+            continue
+        rel = re.search(r"rel \d+/\d+/(\d+)", line)
+        name = names.get(rel.group(1), "other relations") if rel else "no relation"
+        entry = sizes.setdefault((name, f"{found.group(1)}/{found.group(3)}"), [0, 0])
+        entry[0] += 1
+        entry[1] += int(found.group(2))
+    return [
+        f"{name} {kind}: {count / jobs:.2f} records, {size / jobs:,.0f} bytes per job"
+        for (name, kind), (count, size) in sorted(sizes.items(), key=lambda item: -item[1][1])
+    ]
+
+
 def run_once(dsn: str, source: Path, jobs: int, log: Path, wal_dir: Path | None = None) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE pgsched.jobs, pgsched.job_history, pgsched.job_events, pgsched.idempotency_keys")
@@ -119,7 +151,14 @@ def run_once(dsn: str, source: Path, jobs: int, log: Path, wal_dir: Path | None 
     assert left == (0,), f"{left} jobs left"
     assert finished == (jobs,), f"{finished} finished"
     dump = waldump(wal_dir, lsn0[0], lsn1[0], jobs) if wal_dir and lsn0 and lsn1 else []
-    return {"enqueue": delta(start, enqueued), "drain": delta(enqueued, drained), "drain_s": seconds, "waldump": dump}
+    relations = by_relation(dsn, wal_dir, lsn0[0], lsn1[0], jobs) if wal_dir and lsn0 and lsn1 else []
+    return {
+        "enqueue": delta(start, enqueued),
+        "drain": delta(enqueued, drained),
+        "drain_s": seconds,
+        "waldump": dump,
+        "relations": relations,
+    }
 
 
 def per_job(result: dict[str, Any], jobs: int) -> dict[str, float]:
@@ -171,6 +210,8 @@ def main() -> None:
                 if r == opts.rounds - 1 and result["waldump"]:
                     print(f"\n{label}: WAL by record type, enqueue and drain (pg_waldump --stats=record)")
                     print("\n".join(result["waldump"][:14]))
+                    print(f"\n{label}: WAL by relation and record type (pg_waldump)")
+                    print("\n".join(result["relations"][:24]))
     finally:
         server.stop()
     keys = sorted({k for rows in found.values() for row in rows for k in row})

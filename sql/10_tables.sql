@@ -112,6 +112,14 @@ COMMENT ON COLUMN pgsched.jobs.started_at IS
 -- whose jobs have all been claimed is emptied whole by TRUNCATE
 -- (pgsched.rotate_ready), horizon or not: a claim reads the dead entries of
 -- the last second or two, not those of every job since the horizon stopped.
+--
+-- Its slots are UNLOGGED: every row can be derived again from pgsched.jobs
+-- (whose rows are durable), so the claim path writes no WAL for it (about a
+-- fifth of a job's bytes: the row, its index entry, the claim's row lock and
+-- its delete). A crash, or a standby's promotion, leaves the slots empty; so
+-- it also empties pgsched.ready_intact, and the first claim() or
+-- rotate_ready() that finds it empty fills the ring again from
+-- pgsched.jobs (_rebuild_ready). A standby cannot read unlogged tables.
 CREATE TABLE pgsched.ready (
     slot            smallint    NOT NULL,
     queue           text        NOT NULL,
@@ -136,6 +144,14 @@ CREATE TABLE pgsched.ready_ring (
     closed_at timestamptz
 );
 CREATE UNIQUE INDEX ready_ring_current_idx ON pgsched.ready_ring ((true)) WHERE closed_at IS NULL;
+
+-- One row while pgsched.ready holds every available job of pgsched.jobs.
+-- Unlogged like the ring's slots: the crash or promotion that empties them
+-- empties this too, and the ring is filled again before the next claim
+-- (_rebuild_ready).
+CREATE UNLOGGED TABLE pgsched.ready_intact (
+    intact boolean NOT NULL DEFAULT true PRIMARY KEY CHECK (intact)
+);
 
 CREATE TABLE pgsched.job_history (
     id                  bigint            NOT NULL,

@@ -12,17 +12,18 @@ CREATE INDEX ready_fair_idx ON pgsched.ready (queue, (coalesce(tenant, '')), dis
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
     WHERE state = 'scheduled';
--- Running jobs by worker. Heartbeats change lease_expires_at only, which is in
--- no index, so they can be HOT updates.
-CREATE INDEX jobs_running_idx ON pgsched.jobs (leased_by)
-    WHERE state = 'running';
--- Leased jobs per queue and key: what concurrency limits count.
+-- Leased jobs per queue and key: what concurrency limits count, and the one
+-- index of running jobs (workers_live counts them per worker in one pass
+-- over it: a second index by worker cost every claim an entry, ~70 bytes of
+-- WAL). Heartbeats change lease_expires_at only, which is in no index, so
+-- they can be HOT updates.
 CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
     WHERE state = 'running';
 -- Due jobs that need labels: what the unserved-labels check reads (unlabelled
--- jobs never enter it).
-CREATE INDEX ready_labelled_idx ON pgsched.ready (queue, labels)
-    WHERE labels <> '{}';
+-- jobs never enter it). On pgsched.jobs, not on the unlogged pgsched.ready:
+-- the check runs on read replicas too (stats --read-dsn).
+CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
+    WHERE state = 'available' AND labels <> '{}';
 
 -- Jobs passed over while no live worker knew their task: what the
 -- unserved-tasks check reads (no other job enters it).

@@ -95,6 +95,7 @@
 \ir functions/tg_jobs__before_insert.sql
 \ir functions/tg_jobs__dispatch.sql
 \ir functions/_ready_slot.sql
+\ir functions/_rebuild_ready.sql
 \ir functions/tg_jobs__ready_rows.sql
 \ir functions/tg_jobs__ready_row.sql
 \ir functions/tg_jobs__ready_truncate.sql

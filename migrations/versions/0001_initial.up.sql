@@ -213,6 +213,14 @@ COMMENT ON COLUMN pgsched.jobs.started_at IS
 -- whose jobs have all been claimed is emptied whole by TRUNCATE
 -- (pgsched.rotate_ready), horizon or not: a claim reads the dead entries of
 -- the last second or two, not those of every job since the horizon stopped.
+--
+-- Its slots are UNLOGGED: every row can be derived again from pgsched.jobs
+-- (whose rows are durable), so the claim path writes no WAL for it (about a
+-- fifth of a job's bytes: the row, its index entry, the claim's row lock and
+-- its delete). A crash, or a standby's promotion, leaves the slots empty; so
+-- it also empties pgsched.ready_intact, and the first claim() or
+-- rotate_ready() that finds it empty fills the ring again from
+-- pgsched.jobs (_rebuild_ready). A standby cannot read unlogged tables.
 CREATE TABLE pgsched.ready (
     slot            smallint    NOT NULL,
     queue           text        NOT NULL,
@@ -237,6 +245,14 @@ CREATE TABLE pgsched.ready_ring (
     closed_at timestamptz
 );
 CREATE UNIQUE INDEX ready_ring_current_idx ON pgsched.ready_ring ((true)) WHERE closed_at IS NULL;
+
+-- One row while pgsched.ready holds every available job of pgsched.jobs.
+-- Unlogged like the ring's slots: the crash or promotion that empties them
+-- empties this too, and the ring is filled again before the next claim
+-- (_rebuild_ready).
+CREATE UNLOGGED TABLE pgsched.ready_intact (
+    intact boolean NOT NULL DEFAULT true PRIMARY KEY CHECK (intact)
+);
 
 CREATE TABLE pgsched.job_history (
     id                  bigint            NOT NULL,
@@ -612,17 +628,18 @@ CREATE INDEX ready_fair_idx ON pgsched.ready (queue, (coalesce(tenant, '')), dis
 -- Promotion: the earliest scheduled job is one index probe, whatever the backlog.
 CREATE INDEX jobs_scheduled_idx ON pgsched.jobs (run_at)
     WHERE state = 'scheduled';
--- Running jobs by worker. Heartbeats change lease_expires_at only, which is in
--- no index, so they can be HOT updates.
-CREATE INDEX jobs_running_idx ON pgsched.jobs (leased_by)
-    WHERE state = 'running';
--- Leased jobs per queue and key: what concurrency limits count.
+-- Leased jobs per queue and key: what concurrency limits count, and the one
+-- index of running jobs (workers_live counts them per worker in one pass
+-- over it: a second index by worker cost every claim an entry, ~70 bytes of
+-- WAL). Heartbeats change lease_expires_at only, which is in no index, so
+-- they can be HOT updates.
 CREATE INDEX jobs_running_queue_idx ON pgsched.jobs (queue, concurrency_key)
     WHERE state = 'running';
 -- Due jobs that need labels: what the unserved-labels check reads (unlabelled
--- jobs never enter it).
-CREATE INDEX ready_labelled_idx ON pgsched.ready (queue, labels)
-    WHERE labels <> '{}';
+-- jobs never enter it). On pgsched.jobs, not on the unlogged pgsched.ready:
+-- the check runs on read replicas too (stats --read-dsn).
+CREATE INDEX jobs_labelled_idx ON pgsched.jobs (queue, labels)
+    WHERE state = 'available' AND labels <> '{}';
 
 -- Jobs passed over while no live worker knew their task: what the
 -- unserved-tasks check reads (no other job enters it).
@@ -3110,6 +3127,9 @@ $$;
 -- attempt incremented. A job is never leased twice at once: its row in
 -- pgsched.jobs is locked with SKIP LOCKED and re-checked as 'available' by
 -- the statement that leases it.
+-- Its unlogged ring of due jobs, emptied by a crash or a promotion, is
+-- filled again from pgsched.jobs before the first claim reads it
+-- (_rebuild_ready).
 -- The claim writes no audit event: the job's row keeps claimed_at, and an
 -- attempt that ends other than completed records its claim then (see
 -- pgsched.job_timeline).
@@ -3201,6 +3221,11 @@ BEGIN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a lease of at least 1 second (got n %, lease %)',
                         claim.n, claim.lease
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The ring of due jobs is unlogged: after a crash or a promotion it is
+    -- filled again from pgsched.jobs before anything is claimed from it.
+    IF NOT EXISTS (SELECT FROM pgsched.ready_intact) THEN
+        PERFORM pgsched._rebuild_ready();
     END IF;
     SELECT pg_catalog.array_agg(q) INTO v_queues
     FROM unnest(claim.queues) q
@@ -5620,6 +5645,8 @@ $$;
 --     a paused queue, labels no worker offers) move to the open slot, rows whose job
 --     is no longer due are dropped, and TRUNCATE gives its files back whole:
 --     no vacuum, and no xmin horizon, is needed for that.
+-- First, if a crash or a promotion emptied the ring (its slots are
+-- unlogged), it is filled again from pgsched.jobs (_rebuild_ready).
 -- Callers at the same time do not wait for each other: the one that gets the
 -- ring's advisory lock works, the others return nothing. Workers and
 -- scanners call it every second (pgsched/runtime/vacuumer.py).
@@ -5645,6 +5672,11 @@ BEGIN
     IF p_period IS NULL OR p_period <= interval '0' OR p_move IS NULL OR p_move < 0 THEN
         RAISE EXCEPTION 'pgsched: rotate_ready needs p_period > 0 and p_move >= 0 (got %, %)', p_period, p_move
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- After a crash or a promotion emptied the unlogged ring, fill it again
+    -- (workers call this every second, whether or not they claim).
+    IF NOT EXISTS (SELECT FROM pgsched.ready_intact) THEN
+        PERFORM pgsched._rebuild_ready();
     END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_ring')) THEN
         RETURN;
@@ -6513,6 +6545,57 @@ BEGIN
 END
 $$;
 
+-- functions/_rebuild_ready.sql
+-- _rebuild_ready
+-- contract: fills pgsched.ready again from pgsched.jobs after a crash or a
+-- standby's promotion emptied its unlogged slots (pgsched.ready_intact
+-- empty): every available job without its row gets one in the open slot,
+-- the ring is marked intact, and each queue that got rows is announced on
+-- pgsched_jobs so idle workers claim them. One caller at a time (the others
+-- wait, then find the ring intact); returns the rows added, NULL when the
+-- ring was intact. Rows of jobs made available meanwhile by their own
+-- statements are not added twice; a claim ignores a stale row anyway.
+CREATE OR REPLACE FUNCTION pgsched._rebuild_ready()
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgsched, pg_temp
+-- claim() and rotate_ready() run under short lock timeouts: the first
+-- caller may take as long as the backlog needs, the others wait for it.
+SET lock_timeout = 0
+AS $$
+DECLARE
+    v_slot smallint;
+    v_added bigint;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_intact'));
+    IF EXISTS (SELECT FROM pgsched.ready_intact) THEN
+        RETURN NULL;
+    END IF;
+    v_slot := pgsched._ready_slot();
+    WITH added AS (
+        INSERT INTO pgsched.ready
+            (slot, queue, dispatch_group, dispatch_rank, dispatch_at, id, shard, priority, labels, tenant,
+             concurrency_key)
+        SELECT v_slot, j.queue, j.dispatch_group, j.dispatch_rank, j.dispatch_at, j.id, j.shard, j.priority,
+               j.labels, j.tenant, j.concurrency_key
+        FROM pgsched.jobs j
+        WHERE j.state = 'available'
+          AND NOT EXISTS (SELECT FROM pgsched.ready r WHERE r.id = j.id AND r.shard = j.shard)
+        RETURNING queue
+    ), queues AS (
+        SELECT DISTINCT a.queue FROM added a
+    ), announced AS (
+        SELECT pg_catalog.pg_notify('pgsched_jobs', q.queue) FROM queues q
+    )
+    SELECT (SELECT pg_catalog.count(*) FROM added) INTO v_added
+    FROM (SELECT pg_catalog.count(*) FROM announced) n;
+    INSERT INTO pgsched.ready_intact DEFAULT VALUES;
+    RAISE LOG 'pgsched: the ring of due jobs was empty after a restart or promotion; % rows added from pgsched.jobs',
+        v_added;
+    RETURN v_added;
+END
+$$;
+
 -- functions/tg_jobs__ready_rows.sql
 -- tg_jobs__ready_rows
 -- contract: after each INSERT statement into pgsched.jobs, the due jobs it
@@ -7034,16 +7117,23 @@ COMMENT ON VIEW pgsched.dead_letters IS
 
 -- workers_live: workers seen in the last minute, with what they hold now:
 -- jobs whose handler runs, and jobs claimed that wait for a slot; the tasks
--- it runs (NULL: not reported).
+-- it runs (NULL: not reported). The running jobs are counted per worker in
+-- one pass over their index (jobs_running_queue_idx); a query that reads
+-- neither count does not read them at all (the join is removed).
 CREATE OR REPLACE VIEW pgsched.workers_live AS
 SELECT w.name, w.host, w.pid, w.queues, w.labels, w.concurrency, w.started_at, w.last_seen,
        EXTRACT(EPOCH FROM pg_catalog.now() - w.last_seen)::double precision AS seen_s_ago,
-       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
-        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NOT NULL) AS running, w.version,
-       (SELECT pg_catalog.count(*) FROM pgsched.jobs j
-        WHERE j.state = 'running' AND j.leased_by = w.name AND j.started_at IS NULL) AS claimed,
+       coalesce(h.running, 0) AS running, w.version, coalesce(h.claimed, 0) AS claimed,
        w.tasks
 FROM pgsched.workers w
+LEFT JOIN (
+    SELECT j.leased_by,
+           pg_catalog.count(*) FILTER (WHERE j.started_at IS NOT NULL) AS running,
+           pg_catalog.count(*) FILTER (WHERE j.started_at IS NULL) AS claimed
+    FROM pgsched.jobs j
+    WHERE j.state = 'running'
+    GROUP BY j.leased_by
+) h ON h.leased_by = w.name
 WHERE w.last_seen > pg_catalog.now() - interval '1 minute';
 COMMENT ON VIEW pgsched.workers_live IS 'Workers that reported within the last minute.';
 
@@ -7304,11 +7394,14 @@ DECLARE
 BEGIN
     SELECT c.shards INTO v_shards FROM pgsched.config c;
     FOR s IN 0 .. v_shards - 1 LOOP
-        -- fillfactor leaves room on each page for HOT heartbeat updates; the
-        -- hot partitions are vacuumed early and without throttling.
+        -- fillfactor 45 leaves room on each page for the claim's new
+        -- version of every row on it: an update within its page logs only
+        -- the bytes that changed and no lock record (about 70 bytes of WAL
+        -- a job less than at 80), and heartbeats stay HOT. The hot
+        -- partitions are vacuumed early and without throttling.
         EXECUTE pg_catalog.format(
             'CREATE TABLE pgsched.%I PARTITION OF pgsched.jobs FOR VALUES IN (%s) '
-            'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
+            'WITH (fillfactor = 45, autovacuum_vacuum_scale_factor = 0.02, '
             'autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)',
             'jobs_s' || s, s);
         -- Workers and scanners vacuum the hot partitions themselves (see
@@ -7326,16 +7419,18 @@ BEGIN
 END
 $$;
 
--- The ring of pgsched.ready: eight slots, slot 0 open. Each is emptied by
--- TRUNCATE once its jobs are claimed (rotate_ready); autovacuum still
--- visits a slot that a long backlog keeps from being emptied.
+-- The ring of pgsched.ready: eight unlogged slots (10_tables.sql), slot 0
+-- open. Each is emptied by TRUNCATE once its jobs are claimed
+-- (rotate_ready); autovacuum still visits a slot that a long backlog keeps
+-- from being emptied.
 DO $$
 BEGIN
     FOR s IN 0 .. 7 LOOP
         EXECUTE pg_catalog.format(
-            'CREATE TABLE pgsched.%I PARTITION OF pgsched.ready FOR VALUES IN (%s)',
+            'CREATE UNLOGGED TABLE pgsched.%I PARTITION OF pgsched.ready FOR VALUES IN (%s)',
             'ready_s' || s, s);
     END LOOP;
+    INSERT INTO pgsched.ready_intact DEFAULT VALUES;
     INSERT INTO pgsched.ready_ring (slot, opened_at, closed_at)
     SELECT s, CASE WHEN s = 0 THEN pg_catalog.now() END, CASE WHEN s <> 0 THEN pg_catalog.now() END
     FROM pg_catalog.generate_series(0, 7) s;

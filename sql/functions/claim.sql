@@ -5,6 +5,9 @@
 -- attempt incremented. A job is never leased twice at once: its row in
 -- pgsched.jobs is locked with SKIP LOCKED and re-checked as 'available' by
 -- the statement that leases it.
+-- Its unlogged ring of due jobs, emptied by a crash or a promotion, is
+-- filled again from pgsched.jobs before the first claim reads it
+-- (_rebuild_ready).
 -- The claim writes no audit event: the job's row keeps claimed_at, and an
 -- attempt that ends other than completed records its claim then (see
 -- pgsched.job_timeline).
@@ -96,6 +99,11 @@ BEGIN
         RAISE EXCEPTION 'pgsched: claim needs n >= 1 and a lease of at least 1 second (got n %, lease %)',
                         claim.n, claim.lease
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The ring of due jobs is unlogged: after a crash or a promotion it is
+    -- filled again from pgsched.jobs before anything is claimed from it.
+    IF NOT EXISTS (SELECT FROM pgsched.ready_intact) THEN
+        PERFORM pgsched._rebuild_ready();
     END IF;
     SELECT pg_catalog.array_agg(q) INTO v_queues
     FROM unnest(claim.queues) q

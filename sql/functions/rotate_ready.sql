@@ -14,6 +14,8 @@
 --     a paused queue, labels no worker offers) move to the open slot, rows whose job
 --     is no longer due are dropped, and TRUNCATE gives its files back whole:
 --     no vacuum, and no xmin horizon, is needed for that.
+-- First, if a crash or a promotion emptied the ring (its slots are
+-- unlogged), it is filled again from pgsched.jobs (_rebuild_ready).
 -- Callers at the same time do not wait for each other: the one that gets the
 -- ring's advisory lock works, the others return nothing. Workers and
 -- scanners call it every second (pgsched/runtime/vacuumer.py).
@@ -39,6 +41,11 @@ BEGIN
     IF p_period IS NULL OR p_period <= interval '0' OR p_move IS NULL OR p_move < 0 THEN
         RAISE EXCEPTION 'pgsched: rotate_ready needs p_period > 0 and p_move >= 0 (got %, %)', p_period, p_move
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- After a crash or a promotion emptied the unlogged ring, fill it again
+    -- (workers call this every second, whether or not they claim).
+    IF NOT EXISTS (SELECT FROM pgsched.ready_intact) THEN
+        PERFORM pgsched._rebuild_ready();
     END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_ring')) THEN
         RETURN;

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.chaos.cluster import wait_ready
 from tests.chaos.conftest import Env, Producer, wait_until
 
 
@@ -96,3 +97,23 @@ def test_pg_restart_quick(env: Env) -> None:
 @pytest.mark.timeout(900)
 def test_pg_restart(env: Env) -> None:
     run_restart(env, jobs=50_000, workers=3, down_s=5.0, window=2.0)
+
+
+def test_a_crash_empties_the_unlogged_ring_and_the_first_claim_fills_it_again(env: Env) -> None:
+    due = env.enqueue(300, "ring")
+    env.scalar(
+        "SELECT count(*) FROM pgsched.enqueue_many(ARRAY['chaos.probe'], queues => ARRAY['chaos'],"
+        " run_ats => ARRAY[now() + interval '1 hour'])"
+    )
+    assert env.scalar("SELECT count(*) FROM pgsched.ready") == 300
+    env.cluster.crash_restart()
+    wait_ready(env.cluster.dsn())
+    # What the crash left: the job rows, durable; the ring of due jobs and its mark, reset.
+    assert env.scalar("SELECT count(*) FROM pgsched.jobs") == 301
+    assert env.scalar("SELECT count(*) FROM pgsched.ready") == 0
+    assert env.scalar("SELECT count(*) FROM pgsched.ready_intact") == 0
+    claimed = env.scalar(
+        "SELECT coalesce(array_agg(id), '{}') FROM pgsched.claim('after-crash', ARRAY['chaos'], 1000, '1 minute')"
+    )
+    assert sorted(claimed) == sorted(due)
+    assert env.scalar("SELECT count(*) FROM pgsched.ready_intact") == 1

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from tests.sql.helpers import Conn, cancel, claim, enqueue, enqueue_many, refused, scalar
+from tests.sql.helpers import Conn, cancel, claim, db_now, enqueue, enqueue_many, refused, scalar
 from tests.sql.test_roles import MakeRole, make_role  # noqa: F401  (a fixture)
 
 
@@ -198,3 +199,53 @@ def test_truncating_the_jobs_and_their_due_rows_in_one_statement_works(conn: Con
     enqueue_many(conn, ["t"] * 3)
     conn.execute("TRUNCATE pgsched.jobs, pgsched.ready")
     assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready")) == 0
+
+
+def what_a_crash_leaves(conn: Conn) -> None:
+    """A crash (or a standby's promotion) resets every unlogged table: the ring's slots and its mark, empty."""
+    conn.execute("TRUNCATE pgsched.ready, pgsched.ready_intact")
+
+
+def test_the_rings_slots_and_its_mark_are_unlogged_and_the_jobs_are_not(conn: Conn) -> None:
+    rows = conn.execute(
+        "SELECT c.relname, c.relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'pgsched' AND c.relkind = 'r'"
+        "   AND (c.relname LIKE 'ready%%' OR c.relname LIKE 'jobs%%' OR c.relname LIKE 'job_history%%')"
+    ).fetchall()
+    persistence = {r["relname"]: r["relpersistence"] for r in rows}
+    assert {name for name, p in persistence.items() if p == "u"} == {f"ready_s{s}" for s in range(8)} | {"ready_intact"}
+    assert persistence["ready_ring"] == "p"
+    assert all(p == "p" for name, p in persistence.items() if name.startswith("job"))
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready_intact")) == 1
+
+
+def test_a_claim_after_a_crash_fills_the_ring_again_and_claims_every_due_job_in_order(conn: Conn) -> None:
+    low = enqueue(conn, priority=0)
+    high = enqueue(conn, priority=5)
+    later = enqueue(conn, run_at=db_now(conn) + timedelta(hours=1))
+    elsewhere = enqueue(conn, queue="other")
+    what_a_crash_leaves(conn)
+    assert [r["id"] for r in claim(conn, 10)] == [high, low]
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready_intact")) == 1
+    # The other queue's due job has its row again; the scheduled one has none until it is due.
+    assert [r["id"] for r in conn.execute("SELECT id FROM pgsched.ready").fetchall()] == [elsewhere]
+    assert [r["id"] for r in claim(conn, 10, queues=["default", "other"])] == [elsewhere]
+    assert scalar(conn, "SELECT state FROM pgsched.jobs WHERE id = %s", (later,)) == "scheduled"
+
+
+def test_rotate_ready_after_a_crash_fills_the_ring_for_workers_that_do_not_claim_yet(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["t"] * 3)
+    what_a_crash_leaves(conn)
+    rotate(conn, period="1 hour")
+    assert sorted(r["id"] for r in conn.execute("SELECT id FROM pgsched.ready").fetchall()) == sorted(ids)
+    assert slots_of(conn, ids) == {open_slot(conn)}
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready_intact")) == 1
+
+
+def test_filling_the_ring_again_adds_no_second_row_for_a_job_that_has_one(conn: Conn) -> None:
+    ids = enqueue_many(conn, ["t"] * 3)
+    conn.execute("TRUNCATE pgsched.ready_intact")
+    assert scalar(conn, "SELECT pgsched._rebuild_ready()") == 0
+    assert int(scalar(conn, "SELECT count(*) FROM pgsched.ready")) == 3
+    assert scalar(conn, "SELECT pgsched._rebuild_ready()") is None  # intact: nothing to do
+    assert sorted(r["id"] for r in claim(conn, 10)) == sorted(ids)

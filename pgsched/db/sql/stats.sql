@@ -31,15 +31,15 @@ ORDER BY q.name;
 -- name: unserved_labels
 -- Due jobs (of unpaused queues) whose labels no live worker of their queue
 -- offers: they would wait silently. Grouped first, so the live-worker check
--- runs once per (queue, labels); unlabelled jobs are not read (the partial
--- index of pgsched.ready, the due jobs' rows, on labelled ones).
+-- runs once per (queue, labels); unlabelled jobs are not read (a partial
+-- index of pgsched.jobs on labelled due ones). It reads no unlogged table,
+-- so it runs on a read replica too.
 WITH g AS (
-    SELECT r.queue, r.labels, pg_catalog.count(*) AS available,
+    SELECT j.queue, j.labels, pg_catalog.count(*) AS available,
            EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(j.run_at))::double precision AS oldest_due_age_s
-    FROM pgsched.ready r
-    JOIN pgsched.jobs j ON j.id = r.id AND j.shard = r.shard AND j.state = 'available'
-    WHERE r.labels <> '{}'
-    GROUP BY r.queue, r.labels
+    FROM pgsched.jobs j
+    WHERE j.state = 'available' AND j.labels <> '{}'
+    GROUP BY j.queue, j.labels
 )
 SELECT g.queue, g.labels, g.available, g.oldest_due_age_s,
        ARRAY(SELECT w.name FROM pgsched.workers_live w
