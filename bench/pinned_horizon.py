@@ -78,6 +78,13 @@ JOIN (VALUES ('claim', 'WITH due AS MATERIALIZED'), ('start', 'UPDATE pgsched\\.
 WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 GROUP BY f
 """
+# Where the server's time went in a phase: the statements clients sent (top level), by total time.
+TOP = r"""
+SELECT regexp_replace(left(s.query, 60), '\s+', ' ', 'g'), sum(s.calls)::bigint, sum(s.total_exec_time)::float8
+FROM pg_stat_statements s
+WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND s.toplevel
+GROUP BY 1 ORDER BY 3 DESC LIMIT 6
+"""
 FUNCTIONS = """
 SELECT funcname, calls, total_time FROM pg_stat_user_functions
 WHERE schemaname = 'pgsched' AND funcname IN ('claim', 'start', 'complete')
@@ -196,6 +203,7 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
     stats: dict[str, dict[str, float]] = {}
     wal: dict[str, int] = {}
     buffers: dict[str, dict[str, float]] = {}
+    top: dict[str, list[tuple[str, int, float]]] = {}
     holder = psycopg.connect(dsn, application_name="bench-horizon-holder")
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -223,6 +231,7 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
                 time.sleep(1.1)  # backends report function statistics at most once a second
                 after = functions(conn)
                 buffers[phase] = {f: (b or 0.0) * int(n) for f, n, b in conn.execute(STATEMENTS).fetchall()}
+                top[phase] = [(str(q), int(n), float(t)) for q, n, t in conn.execute(TOP).fetchall()]
                 wal_after = conn.execute("SELECT wal_bytes::bigint FROM pg_stat_wal").fetchone()
                 assert wal_before is not None
                 assert wal_after is not None
@@ -251,6 +260,8 @@ def run_once(dsn: str, source: Path, opts: argparse.Namespace, log_dir: Path) ->
     for phase, found in buffers.items():
         jobs = max(1.0, result[phase]["finished_per_s"] * opts.phase_s)
         result[phase]["buffers"] = {f: total / jobs for f, total in found.items()}  # per job finished
+    for phase, found_top in top.items():
+        result[phase]["top"] = found_top
     for phase, written in wal.items():
         # the whole cluster's WAL over the phase (and the second after it), per job finished in the phase
         result[phase]["wal_per_job"] = written / max(1.0, result[phase]["finished_per_s"] * opts.phase_s)
@@ -271,6 +282,7 @@ def summarize(
         inside = [s for s in samples if begin <= s[0] < end]
         out[phase] = {
             "offered_per_s": opts.rate,
+            "seconds": end - begin,
             "finished_per_s": finished / (end - begin),
             "pickup_p50_ms": percentile(pickups, 50),
             "pickup_p99_ms": percentile(pickups, 99),
@@ -351,6 +363,14 @@ def report(label: str, result: dict[str, Any]) -> None:
             + " | ".join(fmt(bu.get(f), 1) for f in names)
             + " |"
         )
+    print("\nserver time by statement sent (pg_stat_statements, top level), ms per second of the phase")
+    print("| phase | statement | calls/s | ms/s | ms/call |")
+    print("|---|---|---|---|---|")
+    for phase in PHASES:
+        seconds = max(1.0, float(result[phase].get("seconds", 1.0)))
+        for query, calls, total in result[phase].get("top", []):
+            per_call = total / max(1, calls)
+            print(f"| {phase} | `{query}` | {calls / seconds:,.1f} | {total / seconds:,.1f} | {per_call:,.2f} |")
 
 
 def main() -> None:
