@@ -5635,17 +5635,16 @@ $$;
 -- two only, however long something pins the xmin horizon. Returns what it
 -- did: one row per slot it opened ('opened'), emptied ('emptied', rows moved
 -- to the open slot in moved) or had to leave ('busy': a lock it could not
--- take at once; 'kept': more due jobs still in it than may move).
+-- take at once; 'kept': more than p_move due jobs still in it).
 --   - The open slot has been open p_period: the next slot of the ring that is
 --     empty opens (none empty: the open one stays open).
 --   - A slot closed at least p_period ago that holds pages is emptied: under
 --     an ACCESS EXCLUSIVE lock taken within lock_timeout (claims wait for it
 --     a few milliseconds at most; held: tried again at the next call), its
---     due jobs that are still there (the tail of a backlog, a paused queue,
---     labels no worker offers: at most p_move of them, or, if more, at most
---     as many as the slot's claimed rows and 20 x p_move) move to the open
---     slot, rows whose job is no longer due are dropped, and TRUNCATE gives
---     its files back whole: no vacuum, and no xmin horizon, is needed for that.
+--     due jobs that are still there (at most p_move: the tail of a backlog,
+--     a paused queue, labels no worker offers) move to the open slot, rows whose job
+--     is no longer due are dropped, and TRUNCATE gives its files back whole:
+--     no vacuum, and no xmin horizon, is needed for that.
 -- First, if a crash or a promotion emptied the ring (its slots are
 -- unlogged), it is filled again from pgsched.jobs (_rebuild_ready).
 -- Callers at the same time do not wait for each other: the one that gets the
@@ -5668,7 +5667,6 @@ DECLARE
     v_slot smallint;
     v_rel regclass;
     v_live bigint;
-    v_limit bigint;
     v_moved bigint;
 BEGIN
     IF p_period IS NULL OR p_period <= interval '0' OR p_move IS NULL OR p_move < 0 THEN
@@ -5701,17 +5699,10 @@ BEGIN
         ORDER BY g.closed_at
     LOOP
         v_rel := pg_catalog.format('pgsched.ready_s%s', v_slot)::regclass;
-        -- A slot's claimed rows stay in it, dead, until it is emptied, and every
-        -- claim steps over those at the head of its index while a pinned
-        -- horizon keeps them from being marked dead there. So a slot that a
-        -- backlog keeps full moves its due rows as soon as they are no more
-        -- than its claimed ones (moving them costs less than stepping over
-        -- those again at each claim), up to 20 x p_move; otherwise up to p_move.
-        v_limit := least(greatest(p_move::bigint, pg_catalog.pg_stat_get_dead_tuples(v_rel)), 20 * p_move::bigint);
         -- Counted before the lock too: a slot kept for its backlog costs no lock.
-        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, v_limit + 1)
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
             INTO v_live;
-        IF v_live > v_limit THEN
+        IF v_live > p_move THEN
             RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
             CONTINUE;
         END IF;
@@ -5721,9 +5712,9 @@ BEGIN
             RETURN QUERY SELECT v_slot, 'busy'::text, NULL::bigint;
             CONTINUE;
         END;
-        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, v_limit + 1)
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
             INTO v_live;
-        IF v_live > v_limit THEN
+        IF v_live > p_move THEN
             RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
             CONTINUE;
         END IF;
