@@ -24,7 +24,9 @@ per job finished (steadier than times on a busy machine); from pg_stat_wal: WAL 
 finished (the whole cluster, housekeeping and vacuum included). Recovery: the pickup p50/p99 of
 the jobs enqueued from 10 s after the release on, beside the clean phase's; and per phase, the
 one-second buckets whose pickup p99 is over twice the clean phase's (how many, and the last), the
-clean phase's own count being the noise floor of that test on this machine.
+clean phase's own count being the noise floor of that test on this machine. Where the
+server's time went: the top-level statements (pg_stat_statements) by total time, in ms per
+second of the phase, this bench's own depth count among them.
 
 ``--checkout DIR`` (repeatable) adds another version of pgsched (a source
 tree: its sql/ is installed in a database of its own and its pgsched package
