@@ -18,6 +18,7 @@ AS $$
 DECLARE
     v_slot smallint;
     v_added bigint;
+    v_queues text[];
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pgsched.ready_intact'));
     IF EXISTS (SELECT FROM pgsched.ready_intact) THEN
@@ -34,13 +35,10 @@ BEGIN
         WHERE j.state = 'available'
           AND NOT EXISTS (SELECT FROM pgsched.ready r WHERE r.id = j.id AND r.shard = j.shard)
         RETURNING queue
-    ), queues AS (
-        SELECT DISTINCT a.queue FROM added a
-    ), announced AS (
-        SELECT pg_catalog.pg_notify('pgsched_jobs', q.queue) FROM queues q
     )
-    SELECT (SELECT pg_catalog.count(*) FROM added) INTO v_added
-    FROM (SELECT pg_catalog.count(*) FROM announced) n;
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT a.queue) INTO v_added, v_queues
+    FROM added a;
+    PERFORM pg_catalog.pg_notify('pgsched_jobs', q) FROM unnest(v_queues) q;
     INSERT INTO pgsched.ready_intact DEFAULT VALUES;
     RAISE LOG 'pgsched: the ring of due jobs was empty after a restart or promotion; % rows added from pgsched.jobs',
         v_added;
