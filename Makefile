@@ -26,6 +26,9 @@ demo: $(STAMP) ## Start the embedded PostgreSQL and run a real workload end to e
 	$(BIN)/pgsched demo
 
 test: $(STAMP) ## Run the test suite in parallel (real PostgreSQL: one embedded server per test process)
+	@# As root, the embedded server runs as the user pgserver, which it adds when missing: add it
+	@# once here, before the test processes start their servers at the same moment.
+	@if [ "$$(id -u)" = 0 ] && ! id pgserver >/dev/null 2>&1; then useradd -s /bin/bash pgserver; fi
 	$(BIN)/pytest -m "$(TEST_MARKERS)" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run the tests that need no database

@@ -10,46 +10,38 @@
 -- Retention drops partitions; it never runs a mass DELETE.
 
 CREATE TABLE pgsched.jobs (
+    -- Fixed widths first, widest first, then the texts and the rest (mostly
+    -- NULL): no alignment padding in a new row. The lease last (see there).
     id                  bigint            NOT NULL DEFAULT pg_catalog.nextval('pgsched.jobs_id_seq'),
+    run_at              timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
+    dispatch_at         timestamptz       NOT NULL,  -- run_at (fairness: a virtual time), minus priority x aging
+    priority            integer           NOT NULL DEFAULT 0,
+    max_attempts        integer,          -- NULL on insert means: the task's, else the install default
+    dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
+    handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
     shard               smallint          NOT NULL DEFAULT 0,  -- replaced at install (random shard)
-    state               pgsched.job_state NOT NULL DEFAULT 'available',
+    service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
     queue               text              NOT NULL DEFAULT 'default',
     task                text              NOT NULL,
     args                jsonb             NOT NULL DEFAULT '{}',
-    priority            integer           NOT NULL DEFAULT 0,
-    run_at              timestamptz       NOT NULL DEFAULT pg_catalog.now(),
-    -- No default: the owner's enqueue functions name it (0), and a row that
-    -- arrives without it is one the insert trigger must see (30_triggers.sql).
-    attempt             integer           NOT NULL,
-    max_attempts        integer,          -- NULL on insert means: the task's, else the install default
-    lease_token         bigint,
-    leased_by           text,
-    lease_expires_at    timestamptz,
-    started_at          timestamptz,
-    cancel_requested_at timestamptz,
-    idempotency_key     text,
     labels              text[]            NOT NULL DEFAULT '{}',
-    tenant              text,
-    last_error          text,
-    created_at          timestamptz       NOT NULL DEFAULT pg_catalog.now(),
-    schedule            text,             -- the recurring schedule this occurrence belongs to
-    claimed_at          timestamptz,      -- when the current lease was taken; started_at: when its handler began
-    timeout             interval,         -- time limit of each run; NULL: the task's (pgsched.tasks), else none
-    deadline_at         timestamptz,      -- started_at + timeout of the current run, set by pgsched.start()
-    handbacks           integer           NOT NULL DEFAULT 0,  -- runs handed back unfinished at shutdown
-    service             boolean           NOT NULL DEFAULT false,  -- runs until cancelled (docs/services.md)
-    trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
-    concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
-    unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
-    depends_on          bigint[],         -- the jobs it waited for (enqueue's depends_on): dependency_outcomes()
-    waits_for           integer,          -- its job_dependencies rows left (waiting; NULL: count them, see _release)
     -- Claim order, stamped by tg_jobs__dispatch from the queue's policy when
     -- the row is written or its run_at/priority changes, never by a sweep:
     -- (dispatch_group, dispatch_rank, dispatch_at, id) ascending. No
     -- defaults: a row without dispatch_at is one the trigger must stamp.
     dispatch_group      text              NOT NULL,  -- '*' under tenant fairness, else ''
-    dispatch_rank       integer           NOT NULL,  -- -priority under strict priority, else 0
-    dispatch_at         timestamptz       NOT NULL,  -- run_at (fairness: a virtual time), minus priority x aging
+    tenant              text,
+    idempotency_key     text,
+    schedule            text,             -- the recurring schedule this occurrence belongs to
+    concurrency_key     text,             -- e.g. 'customer:42': per-key limits of the queue (docs/dispatch.md)
+    cancel_requested_at timestamptz,
+    unserved_since      timestamptz,      -- passed over (pgsched.pass_over) while no live worker knew its task, since
+    timeout             interval,         -- time limit of each run; NULL: the task's (pgsched.tasks), else none
+    trace_context       jsonb,            -- the enqueuer's trace (W3C traceparent/tracestate), continued by the run
+    last_error          text,
+    depends_on          bigint[],         -- the jobs it waited for (enqueue's depends_on): dependency_outcomes()
+    waits_for           integer,          -- its job_dependencies rows left (waiting; NULL: count them, see _release)
     -- The handler's last ctx.progress() report, of whichever attempt made it;
     -- written only by pgsched.report_progress, which checks it (no CHECK here:
     -- each costs every INSERT).
@@ -62,6 +54,21 @@ CREATE TABLE pgsched.jobs (
     -- A service's resource limits (enqueue_service; a command's are in its args): MiB and CPUs, NULL: none.
     memory_limit        integer,
     cpu_limit           real,
+    -- The lease, last and in this order: these are the columns a claim writes,
+    -- so its WAL record carries only the row's tail (an update's record omits
+    -- the bytes before and after what changed, when the new version stays on
+    -- its page: the partitions' fillfactor, 99_bootstrap.sql). Fixed widths
+    -- first, the one varying width last: nothing after it shifts.
+    lease_token         bigint,
+    lease_expires_at    timestamptz,
+    claimed_at          timestamptz,      -- when the current lease was taken; started_at: when its handler began
+    started_at          timestamptz,
+    deadline_at         timestamptz,      -- started_at + timeout of the current run, set by pgsched.start()
+    -- No default: the owner's enqueue functions name it (0), and a row that
+    -- arrives without it is one the insert trigger must see (30_triggers.sql).
+    attempt             integer           NOT NULL,
+    state               pgsched.job_state NOT NULL DEFAULT 'available',
+    leased_by           text,
     CONSTRAINT jobs_pkey PRIMARY KEY (id, shard),
     -- A job's values (task and queue names, args an object, priority, run_at,
     -- attempts, key, tenant, timeout, concurrency key, trace context) have one
@@ -154,33 +161,35 @@ CREATE UNLOGGED TABLE pgsched.ready_intact (
 );
 
 CREATE TABLE pgsched.job_history (
+    -- Fixed widths first, widest first, then the texts and the rest: no
+    -- alignment padding in a row (every job writes one).
     id                  bigint            NOT NULL,
-    shard               smallint          NOT NULL,
     state               pgsched.job_state NOT NULL,
-    queue               text              NOT NULL,
-    task                text              NOT NULL,
-    args                jsonb             NOT NULL,
-    priority            integer           NOT NULL,
-    run_at              timestamptz       NOT NULL,
     attempt             integer           NOT NULL,
-    max_attempts        integer           NOT NULL,
-    lease_token         bigint,
-    leased_by           text,
-    idempotency_key     text,
-    labels              text[]            NOT NULL,
-    tenant              text,
-    created_at          timestamptz       NOT NULL,
-    started_at          timestamptz,
     finished_at         timestamptz       NOT NULL,
-    result              jsonb,
-    error               text,
-    schedule            text,
+    created_at          timestamptz       NOT NULL,
+    run_at              timestamptz       NOT NULL,
+    started_at          timestamptz,
+    claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
+    lease_token         bigint,
     -- The transaction that filed the row: the position of the event stream
     -- (see pgsched.read_events and docs/events.md).
     finished_xid        xid8              DEFAULT pg_catalog.pg_current_xact_id(),
+    priority            integer           NOT NULL,
+    max_attempts        integer           NOT NULL,
+    shard               smallint          NOT NULL,
     service             boolean           NOT NULL DEFAULT false,
-    claimed_at          timestamptz,      -- when the last attempt's lease was taken (job_timeline derives its claim)
+    queue               text              NOT NULL,
+    task                text              NOT NULL,
+    args                jsonb             NOT NULL,
+    labels              text[]            NOT NULL,
+    leased_by           text,
+    tenant              text,
+    idempotency_key     text,
+    schedule            text,
     concurrency_key     text,
+    result              jsonb,
+    error               text,
     timeout             interval,         -- the job's own run limit, given back by a redrive (retry)
     progress            real,             -- the last progress report (jobs.progress)
     progress_note       text,

@@ -159,9 +159,16 @@ def events(
 
 def _start_of_last(conn: Any, limit: int) -> int:
     """A position from which reading gives at least the last `limit` events (0 when there are fewer)."""
-    row = conn.execute(queries.LAST_POSITIONS, [limit]).fetchone()
-    start = int(row["pos"]) - 1 if row and row["pos"] else 0
     horizon = current_position(conn)
+    # A window of positions behind the horizon, widened until it holds `limit` events or starts at 0.
+    step = max(limit, 1000) * 4
+    while True:
+        after = max(horizon - step, 0)
+        row = conn.execute(queries.LAST_POSITIONS, {"after": after, "n": limit}).fetchone()
+        if row is None or int(row["n"]) >= limit or after == 0:
+            break
+        step *= 4
+    start = int(row["pos"]) - 1 if row and row["pos"] else 0
     return min(start, horizon)
 
 

@@ -23,27 +23,39 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_after xid8;
     v_horizon xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
-    v_cut xid8;
+    v_top bigint := v_horizon::text::bigint;
+    v_limit integer := greatest(coalesce(p_limit, 1000), 1);
+    -- the window of positions read: (p_after, v_hi), widened until it holds
+    -- v_limit rows or reaches the horizon
+    v_step bigint := greatest(v_limit, 1000)::bigint * 4;
+    v_hi bigint;
+    v_cut bigint;
 BEGIN
     IF p_after IS NULL OR p_after < 0 THEN
         RAISE EXCEPTION 'read_events: position must be 0 or a position it returned, not %', p_after
             USING ERRCODE = '22023';
     END IF;
-    v_after := p_after::text::xid8;
-    -- The transaction of the p_limit-th row: the batch ends with it, whole.
-    SELECT h.finished_xid INTO v_cut
-    FROM pgsched.job_history h
-    WHERE h.finished_xid > v_after AND h.finished_xid < v_horizon
-    ORDER BY h.finished_xid
-    OFFSET greatest(coalesce(p_limit, 1000), 1) - 1
-    LIMIT 1;
+    -- Positions are read by window (the index is BRIN, 20_indexes.sql): a
+    -- reader far behind sorts a window's rows, not everything after it.
+    LOOP
+        v_hi := CASE WHEN v_top - p_after <= v_step THEN v_top ELSE p_after + v_step END;
+        -- The transaction of the p_limit-th row: the batch ends with it, whole.
+        SELECT t.x INTO v_cut
+        FROM (SELECT (h.finished_xid::text)::bigint AS x
+              FROM pgsched.job_history h
+              WHERE (h.finished_xid::text)::bigint > p_after AND (h.finished_xid::text)::bigint < v_hi) t
+        ORDER BY t.x
+        OFFSET v_limit - 1
+        LIMIT 1;
+        EXIT WHEN v_cut IS NOT NULL OR v_hi >= v_top;
+        v_step := v_step * 4;
+    END LOOP;
     RETURN QUERY
     SELECT h.finished_xid::text::bigint, h.id, h.queue, h.task, h.state, h.attempt, h.finished_at, h.error
     FROM pgsched.job_history h
-    WHERE h.finished_xid > v_after AND h.finished_xid < v_horizon
-      AND (v_cut IS NULL OR h.finished_xid <= v_cut)
+    WHERE (h.finished_xid::text)::bigint > p_after AND (h.finished_xid::text)::bigint < v_hi
+      AND (v_cut IS NULL OR (h.finished_xid::text)::bigint <= v_cut)
     ORDER BY h.finished_xid, h.finished_at, h.id;
 END
 $$;

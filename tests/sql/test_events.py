@@ -157,6 +157,38 @@ def test_read_events_carries_the_error_of_a_dead_job(conn: Conn) -> None:
     assert (row["id"], row["state"], row["attempt"], row["error"]) == (job["id"], "dead", 1, "it broke")
 
 
+def burn_transaction_ids(conn: Conn, n: int) -> None:
+    """n transactions that each take an id and end: positions no history row has."""
+    conn.execute(
+        "CREATE OR REPLACE PROCEDURE pg_temp.burn(n integer) LANGUAGE plpgsql AS $$"
+        " BEGIN FOR i IN 1 .. n LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$"
+    )
+    conn.execute("CALL pg_temp.burn(%s)", [n])
+
+
+@pytest.mark.commits  # its own transactions, or time that moves between statements
+def test_read_events_reads_past_wide_gaps_between_positions(conn: Conn) -> None:
+    # The stream reads a window of positions at a time and widens it until it
+    # holds a batch: a reader far behind (or a quiet queue beside a busy
+    # cluster) must still get every event, in order, batch by batch.
+    for _ in range(3):
+        enqueue(conn)
+    jobs = claim(conn, 3)
+    for job in jobs:
+        burn_transaction_ids(conn, 9_000)  # wider than the first window (4,000 positions for 1 row)
+        complete(conn, [pair(job)])
+    burn_transaction_ids(conn, 9_000)
+    everything = read(conn, 0, limit=10)
+    assert [r["id"] for r in everything] == [j["id"] for j in jobs]
+    seen, after = [], 0
+    while batch := read(conn, after, limit=1):
+        assert len(batch) == 1
+        seen.append(batch[0]["id"])
+        after = batch[0]["pos"]
+    assert seen == [j["id"] for j in jobs]
+    assert everything[1]["pos"] - everything[0]["pos"] > 9_000
+
+
 def test_read_events_refuses_a_negative_position(conn: Conn) -> None:
     with refused("22023"):
         read(conn, -1)

@@ -61,7 +61,7 @@ ORDER BY s.name;
 -- Events read_events cannot hand out yet: filed by transactions at or after the oldest one in flight.
 SELECT count(*) AS held, now() - min(h.finished_at) AS behind
 FROM pgsched.job_history h
-WHERE h.finished_xid >= pg_snapshot_xmin(pg_current_snapshot());
+WHERE (h.finished_xid::text)::bigint >= pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
 
 -- name: doctor_oldest_xid
 -- The oldest transaction in flight with an id: the session (or prepared transaction) the stream waits for.
