@@ -175,7 +175,7 @@ def test_read_events_reads_past_wide_gaps_between_positions(conn: Conn) -> None:
         enqueue(conn)
     jobs = claim(conn, 3)
     for job in jobs:
-        burn_transaction_ids(conn, 9_000)  # wider than the first window (4,000 positions for 1 row)
+        burn_transaction_ids(conn, 9_000)  # wider than the first windows (64, 256, ... positions)
         complete(conn, [pair(job)])
     burn_transaction_ids(conn, 9_000)
     everything = read(conn, 0, limit=10)
