@@ -14,8 +14,9 @@ from tests.e2e.clirun import _SCRUBBED, connect, make_completed
 def doctor(dsn: str, *args: str) -> dict[str, Any]:
     env: dict[str, str | None] = {name: None for name in _SCRUBBED} | {"PGSCHED_DSN": dsn, "PGSCHED_NO_EMBEDDED": "1"}
     result = CliRunner().invoke(main, ["doctor", "--json", *args], env=env, catch_exceptions=False)
-    checks = {c["check"]: c for c in json.loads(result.output)}
-    assert "event stream" in checks, result.output
+    # stdout only: a log line on stderr (a timestamp first) is not part of the JSON
+    checks = {c["check"]: c for c in json.loads(result.stdout)}
+    assert "event stream" in checks, (result.stdout, result.stderr)
     return checks["event stream"]  # type: ignore[no-any-return]
 
 

@@ -45,7 +45,7 @@ def test_show_as_json_has_progress_and_whole_steps(dsn: str) -> None:
     job_id = _running_job_with_progress_and_steps(dsn)
     result = CliRunner().invoke(main, ["--dsn", dsn, "jobs", "show", str(job_id), "--json"])
     assert result.exit_code == 0, result.output
-    shown = json.loads(result.output)
+    shown = json.loads(result.stdout)
     job = shown["job"]
     assert (round(job["progress"], 2), job["progress_note"]) == (0.42, "page 42 of 100")
     assert [(s["name"], s["result"]) for s in job["steps"]] == [("fetch", {"rows": 3}), ("load", "x" * 200)]
