@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import set_json_loads
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,32 @@ def connect_options(dsn: str, application_name: str) -> dict[str, Any]:
     return options
 
 
+_decode = json.JSONDecoder().decode  # what json.loads(text) runs
+
+
+class _TextJson:
+    """json/jsonb values decoded from text in the connection's encoding: json.loads given bytes first
+    guesses their encoding, which costs a claimed job's args more than parsing them. One per encoding,
+    kept: psycopg keeps a loader per loads function."""
+
+    __slots__ = ("codec",)
+
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+
+    def __call__(self, data: str | bytes) -> Any:
+        return _decode(data if isinstance(data, str) else str(data, self.codec))
+
+
+_TEXT_JSON: dict[str, _TextJson] = {}
+
+
+def _decode_json_as_text(conn: psycopg.Connection[Any]) -> None:
+    codec = conn.info.encoding
+    loads = _TEXT_JSON.get(codec) or _TEXT_JSON.setdefault(codec, _TextJson(codec))
+    set_json_loads(loads, conn)
+
+
 class Reconnecting:
     """One autocommit connection that is reopened, with capped exponential backoff, when it fails.
 
@@ -70,6 +98,7 @@ class Reconnecting:
         conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, **kwargs)
         if not self.prepare:
             conn.prepare_threshold = None
+        _decode_json_as_text(conn)
         return conn
 
     def get(self) -> psycopg.Connection[Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from psycopg.rows import tuple_row
 
+from pgsched.core.job import ClaimedJob
 from pgsched.db import queries
 from pgsched.runtime.claiming import CLAIMED_FIELDS, claimed_row
 from tests.sql.helpers import (
@@ -274,6 +275,10 @@ def test_the_workers_claim_query_reads_back_as_claimed_jobs(conn: Conn) -> None:
         names = tuple(c.name for c in cur.description or ())
     assert names == (*CLAIMED_FIELDS, "started", "timeout")
     claimed = [claimed_row(row) for row in rows]
+    # its fields filled in place: the same jobs as the dataclass's own constructor makes
+    assert [job for job, _, _ in claimed] == [
+        ClaimedJob(**dict(zip(CLAIMED_FIELDS, row, strict=False))) for row in rows
+    ]
     assert [(job.id, job.args, job.task, outcome, timeout) for job, outcome, timeout in claimed] == [
         (started, {"a": 1}, "t", "started", 7.0),
         (waiting, {}, "t", None, None),
