@@ -65,6 +65,16 @@ class Process:
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
 
+    def stopped(self) -> bool:
+        """Every thread of the process is stopped (SIGSTOP has taken effect)."""
+        states = []
+        for stat in Path(f"/proc/{self.proc.pid}/task").glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                return False
+        return bool(states) and all(state in ("T", "t") for state in states)
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
@@ -162,6 +172,8 @@ def test_a_scanner_paused_past_its_lease_writes_nothing_when_it_resumes(
                 what="scanner-a reading the schedules",
             )
             a.signal(signal.SIGSTOP)
+            # kill() returns before every thread has stopped: release the lock only once they all have.
+            wait_for(a.stopped, timeout=10, what="scanner-a stopped")
         assert set(owners_epochs(conn)) == {"scanner-a"}
         row = schedule(conn, "daily")
         stale_epoch = epochs(conn)[row["shard"]]
