@@ -57,7 +57,7 @@ GRANT EXECUTE ON FUNCTION
     pgsched.register_tasks, pgsched.register_worker, pgsched.unregister_worker, pgsched.schema_revision,
     pgsched.acquire_shards, pgsched.release_shards, pgsched.scan_shard, pgsched.add_occurrences,
     pgsched.schedule_error, pgsched.vacuum_candidates, pgsched.acquire_idle_shards,
-    pgsched.rollup_queue_history, pgsched.rotate_ready, pgsched.summarize_history,
+    pgsched.rollup_queue_history, pgsched.rotate_ready,
     -- code-defined schedules (@app.cron) only: see _check_schedule_write
     pgsched.upsert_schedule
     TO pgsched_worker;

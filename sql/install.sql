@@ -88,7 +88,6 @@
 \ir functions/rollup_queue_history.sql
 \ir functions/scan_shard.sql
 \ir functions/schedule_error.sql
-\ir functions/summarize_history.sql
 \ir functions/schema_revision.sql
 \ir functions/snooze.sql
 \ir functions/tg_config__before_update.sql

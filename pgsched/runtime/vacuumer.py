@@ -87,8 +87,6 @@ class Vacuumer:
         self.analyzes = 0
         self.seconds = 0.0
         self.skipped = 0  # vacuums left out while the horizon stayed where it was
-        self.summarized = 0  # ranges of the event stream's index summarized (pgsched.summarize_history)
-        self._may_summarize = True  # false once the role was refused, or the schema has no such function
         # Per partition, the horizon (oldest holder's xid) seen right before its last vacuum here: while the
         # horizon is still that one, everything that vacuum could not remove is still unremovable.
         self._vacuumed_under: dict[str, str] = {}
@@ -124,7 +122,6 @@ class Vacuumer:
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + self._interval * (0.8 + 0.4 * random.random())
                     self.run_once()
-                    self.summarize()
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if not self._stop.is_set():
                     log.warning("vacuum check failed (%s); trying again later", exc)
@@ -157,21 +154,6 @@ class Vacuumer:
             if action == "kept":
                 log.debug("ready slot %d kept: %s due jobs still in it", slot, moved)
         return rows
-
-    def summarize(self) -> int:
-        """Summarize the ranges of the event stream's BRIN index filled since the last call
-        (pgsched.summarize_history); returns how many. A role refused it is not asked again."""
-        if not self._may_summarize:
-            return 0
-        try:
-            row = self._db.get().execute(queries.SUMMARIZE_HISTORY).fetchone()
-        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction) as exc:
-            log.debug("not summarizing the event stream's index (%s)", exc)
-            self._may_summarize = False
-            return 0
-        done = int(row[0]) if row and row[0] else 0
-        self.summarized += done
-        return done
 
     def run_once(self) -> list[str]:
         """Vacuum and/or analyze every partition that needs it now; returns those it worked on."""

@@ -227,28 +227,3 @@ def test_scanner_runs_it(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert not vacuumer._thread.is_alive()
     with pytest.raises(ValueError, match="vacuum interval"):
         Scanner(dsn, ScannerOptions(vacuum_interval=-1))
-
-
-def test_the_vacuum_thread_summarizes_the_event_streams_index(dsn: str) -> None:
-    # read_events reads every range of job_history_position_idx not yet summarized: the vacuum thread
-    # summarizes them, whether or not autovacuum got to its requests (it keeps 256 for the whole cluster).
-    make_dead_rows(dsn, 8_000)
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute("SELECT pgsched.summarize_history()")
-        # as if autovacuum had dropped every request: no range summarized
-        desummarized = c.execute(
-            "SELECT count(*) FROM pg_inherits i, pg_class t, generate_series(0, 4096, 128) b,"
-            " LATERAL (SELECT brin_desummarize_range(i.inhrelid::regclass, b)) d"
-            " WHERE i.inhparent = 'pgsched.job_history_position_idx'::regclass"
-            " AND t.oid = (SELECT indrelid FROM pg_index WHERE indexrelid = i.inhrelid)"
-            " AND b < pg_relation_size(t.oid) / current_setting('block_size')::int"
-        ).fetchone()
-        assert desummarized is not None
-        assert desummarized[0] >= 1
-    vacuum = Vacuumer(dsn, interval=60.0, purpose="test")
-    try:
-        assert vacuum.summarize() >= 1
-        assert vacuum.summarize() == 0, "nothing new since"
-        assert vacuum.summarized >= 1
-    finally:
-        vacuum.close()

@@ -110,10 +110,6 @@ SELECT schema_name, table_name, dead, live, needs_vacuum, needs_analyze FROM pgs
 -- times a second, with slots open a quarter second, while the xmin horizon is held).
 SELECT slot, action, moved FROM pgsched.rotate_ready(%s::interval);
 
--- name: summarize_history
--- The event stream's index: summarize the ranges filled since the last call (the vacuum thread).
-SELECT pgsched.summarize_history();
-
 -- name: report_progress
 SELECT job_id, kept FROM pgsched.report_progress(%s::bigint[], %s::bigint[], %s::real[], %s::text[]);
 
