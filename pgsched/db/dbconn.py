@@ -65,8 +65,7 @@ _TEXT_JSON: dict[str, _TextJson] = {}
 
 def _decode_json_as_text(conn: psycopg.Connection[Any]) -> None:
     codec = conn.info.encoding
-    loads = _TEXT_JSON.get(codec) or _TEXT_JSON.setdefault(codec, _TextJson(codec))
-    set_json_loads(loads, conn)
+    set_json_loads(_TEXT_JSON.setdefault(codec, _TextJson(codec)), conn)
 
 
 class Reconnecting:
