@@ -45,15 +45,17 @@ BEGIN
         v_to - interval '1 day');
 
     WITH finished AS (
+        -- Percentiles of date_part (a float8) rather than EXTRACT (a numeric):
+        -- sorting a minute of 600,000 jobs takes about half as long.
         SELECT pg_catalog.date_trunc('minute', h.finished_at, 'UTC') AS minute, h.queue,
                pg_catalog.count(*) FILTER (WHERE h.state = 'completed') AS completed,
                pg_catalog.count(*) FILTER (WHERE h.state = 'dead') AS dead,
                pg_catalog.count(*) FILTER (WHERE h.state = 'cancelled') AS cancelled,
                pg_catalog.percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
-                   ORDER BY EXTRACT(EPOCH FROM h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
+                   ORDER BY pg_catalog.date_part('epoch', h.started_at - h.run_at)) FILTER (WHERE h.started_at IS NOT NULL)
                    AS lag,
                pg_catalog.percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
-                   ORDER BY EXTRACT(EPOCH FROM h.finished_at - h.started_at)) FILTER (WHERE h.started_at IS NOT NULL)
+                   ORDER BY pg_catalog.date_part('epoch', h.finished_at - h.started_at)) FILTER (WHERE h.started_at IS NOT NULL)
                    AS run
         FROM pgsched.job_history h
         WHERE h.finished_at >= v_from AND h.finished_at < v_to

@@ -7,7 +7,8 @@
 -- take at once; 'kept': more than p_move due jobs still in it).
 --   - The open slot has been open p_period: the next slot of the ring that is
 --     empty opens (none empty: the open one stays open).
---   - A slot closed at least p_period ago that holds pages is emptied: under
+--   - A closed slot that holds pages is emptied (at once when none of its
+--     jobs is still due, else once it was closed p_period ago): under
 --     an ACCESS EXCLUSIVE lock taken within lock_timeout (claims wait for it
 --     a few milliseconds at most; held: tried again at the next call), its
 --     due jobs that are still there (at most p_move: the tail of a backlog,
@@ -37,6 +38,7 @@ DECLARE
     v_rel regclass;
     v_live bigint;
     v_moved bigint;
+    v_settled boolean;
 BEGIN
     IF p_period IS NULL OR p_period <= interval '0' OR p_move IS NULL OR p_move < 0 THEN
         RAISE EXCEPTION 'pgsched: rotate_ready needs p_period > 0 and p_move >= 0 (got %, %)', p_period, p_move
@@ -60,10 +62,13 @@ BEGIN
         RETURNING * INTO v_open;
     END IF;
 
-    -- Empty the slots closed long enough ago, oldest first.
-    FOR v_slot IN
-        SELECT g.slot FROM pgsched.ready_ring g
-        WHERE g.closed_at <= v_now - p_period
+    -- Empty the closed slots, oldest first: at once when all their jobs
+    -- were claimed (their dead entries are what every claim steps over
+    -- while the horizon is held), and those that still hold due jobs once
+    -- they were closed p_period ago (by then moving them is worth it).
+    FOR v_slot, v_settled IN
+        SELECT g.slot, g.closed_at <= v_now - p_period FROM pgsched.ready_ring g
+        WHERE g.closed_at IS NOT NULL
           AND pg_catalog.pg_relation_size(pg_catalog.format('pgsched.ready_s%s', g.slot)::regclass) > 0
         ORDER BY g.closed_at
     LOOP
@@ -71,6 +76,9 @@ BEGIN
         -- Counted before the lock too: a slot kept for its backlog costs no lock.
         EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
             INTO v_live;
+        IF v_live > 0 AND NOT v_settled THEN
+            CONTINUE;
+        END IF;
         IF v_live > p_move THEN
             RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
             CONTINUE;
@@ -83,8 +91,10 @@ BEGIN
         END;
         EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
             INTO v_live;
-        IF v_live > p_move THEN
-            RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
+        IF v_live > p_move OR (v_live > 0 AND NOT v_settled) THEN
+            IF v_live > p_move THEN
+                RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
+            END IF;
             CONTINUE;
         END IF;
         v_moved := 0;

@@ -75,6 +75,19 @@ def test_a_drained_slot_is_emptied_whole(conn: Conn) -> None:
     assert pages(conn, slot) == 0
 
 
+def test_a_closed_slot_is_emptied_as_soon_as_its_jobs_are_claimed_but_keeps_due_ones_for_its_period(
+    conn: Conn,
+) -> None:
+    ids = enqueue_many(conn, ["t"] * 3)
+    (slot,) = slots_of(conn, ids)
+    rotate(conn)  # closed now
+    assert rotate(conn, period="1 hour") == []  # its due jobs stay put until it was closed an hour ago
+    assert slots_of(conn, ids) == {slot}
+    assert len(claim(conn, 10)) == 3
+    assert (slot, "emptied", 0) in rotate(conn, period="1 hour")  # drained: no need to wait
+    assert pages(conn, slot) == 0
+
+
 def test_due_jobs_left_in_a_closed_slot_move_to_the_open_one(conn: Conn) -> None:
     ids = enqueue_many(conn, ["t"] * 3)
     (slot,) = slots_of(conn, ids)
