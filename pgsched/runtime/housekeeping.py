@@ -17,6 +17,10 @@ from pgsched.runtime.routing import warn_unserved
 log = logging.getLogger("pgsched.runtime.worker")  # the worker's lines
 
 UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live worker serves
+#: A lease expiry pass starts no sooner than this many times its last one's length after it: while something
+#: pins the xmin horizon, the pass reads every dead index entry of the jobs run since (a second and more at
+#: thousands of jobs a second), and at most this share of a core goes to it.
+EXPIRY_SPACING = 20.0
 
 
 class LoneHousekeeping:
@@ -86,8 +90,12 @@ class LoneHousekeeping:
         self._next_housekeeping = now + self.poll_interval * (0.9 + 0.1 * random.random())
         conn.execute(queries.PROMOTE_DUE)
         if now >= self._next_expiry:
-            self._next_expiry = now + max(1.0, self.lease / 4)
+            began = time.monotonic()
             expired = conn.execute(queries.EXPIRE_LEASES).fetchone()
+            took = time.monotonic() - began
+            self._next_expiry = began + max(1.0, self.lease / 4, EXPIRY_SPACING * took)
+            if EXPIRY_SPACING * took > max(1.0, self.lease / 4):
+                log.debug("expiring leases took %.3fs: the next pass in %.1fs", took, EXPIRY_SPACING * took)
             if expired and expired[0]:
                 log.info("expired %d leases of dead or stalled workers", expired[0])
         if now >= self._next_maintain:

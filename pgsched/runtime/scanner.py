@@ -32,6 +32,7 @@ import psycopg
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
 from pgsched.runtime.expansion import MAX_FIRES_PER_EXPANSION, Expander, Pass, plan_occurrences
+from pgsched.runtime.housekeeping import EXPIRY_SPACING
 from pgsched.runtime.listener import Listener
 from pgsched.runtime.vacuumer import Vacuumer
 
@@ -268,6 +269,7 @@ class Scanner:
                 self._shards[shard_no].due = _due_monotonic(due, db_now, now)
 
     def _scan(self, shard_no: int, shard: _Shard) -> None:
+        began = time.monotonic()
         try:
             row = self._db.call(
                 lambda c: c.execute(
@@ -289,7 +291,10 @@ class Scanner:
         if expired:
             log.info("shard %s: expired %d leases of dead or stalled workers", shard_no, expired)
         shard.due = _due_monotonic(next_due, db_now, now)
-        shard.next_scan = now + self.options.scan_interval
+        # Due jobs are promoted when due (shard.due) whatever this says; the scan that only looks for expired
+        # leases waits at least EXPIRY_SPACING times its own length (while the xmin horizon is held it reads
+        # every dead index entry of the jobs run since).
+        shard.next_scan = now + max(self.options.scan_interval, EXPIRY_SPACING * (now - began))
 
     def _lost(self, shard_no: int, exc: psycopg.Error) -> None:
         self.stats.rejected += 1

@@ -331,3 +331,29 @@ def test_a_slow_housekeeping_pass_never_holds_up_a_claim(
         wait_state(conn, job_id, "completed", timeout=10.0)  # within the 30 s the pass still takes
     finally:
         release.set()
+
+
+def test_a_slow_lease_expiry_pass_spaces_out_the_next(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While something pins the xmin horizon, expiring leases reads every dead index entry of the jobs run since
+    and can take seconds: the next pass then waits EXPIRY_SPACING times as long, not a quarter of the lease."""
+    from pgsched.db.dbconn import Reconnecting
+    from pgsched.runtime import housekeeping
+    from pgsched.runtime.housekeeping import EXPIRY_SPACING, LoneHousekeeping
+
+    keeper = LoneHousekeeping("w-spacing", enabled=True, poll_interval=0.1, lease=4.0)
+    db = Reconnecting(dsn, purpose="test housekeeping", stop=threading.Event(), prepare=False)
+    try:
+        began = time.monotonic()
+        keeper.run_duties(db)  # quick: the next pass a quarter of the lease later
+        assert keeper._next_expiry - began <= 1.0 + 0.5
+        keeper._next_housekeeping = keeper._next_expiry = 0.0
+        monkeypatch.setattr(
+            housekeeping.queries,
+            "EXPIRE_LEASES",
+            "SELECT (SELECT pgsched.expire_leases()) FROM pg_sleep(0.2)",  # a pass that takes 0.2 s
+        )
+        began = time.monotonic()
+        keeper.run_duties(db)
+        assert keeper._next_expiry - began >= EXPIRY_SPACING * 0.2
+    finally:
+        db.close()
