@@ -58,3 +58,43 @@ def test_a_paused_queue_is_not_claimed_until_resumed(
     assert (row["state"], row["attempt"]) == ("available", 0)
     assert conn.execute("SELECT pgsched.resume_queue('default') AS resumed").fetchone() == {"resumed": True}
     wait_state(conn, held, "completed")
+
+
+def test_the_unserved_queues_check_reads_neither_history_nor_the_running_jobs(conn: psycopg.Connection[Any]) -> None:
+    """A worker's claim loop runs it now and then: through queue_stats it read five minutes of history and
+    every row version of pgsched.jobs, seconds at thousands of jobs a second, and no job was claimed meanwhile.
+    It reads the ring of due jobs, the live workers' rows and, for a queue nobody serves, its due jobs."""
+    from pgsched.db import queries
+
+    plan = conn.execute(b"EXPLAIN (FORMAT JSON) " + queries.UNSERVED_QUEUES.encode()).fetchone()
+    assert plan is not None
+    read: set[str] = set()
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Relation Name" in node:
+            read.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(next(iter(plan.values()))[0]["Plan"])
+    assert not {r for r in read if r.startswith("job_history")}, read
+    assert any(r.startswith("ready_s") for r in read), read
+    assert "workers" in read
+
+
+def test_the_unserved_queues_check_names_due_queues_nobody_serves(conn: psycopg.Connection[Any]) -> None:
+    from pgsched.db import queries
+
+    for queue in ("orphans", "orphans", "held", "served"):
+        conn.execute("SELECT pgsched.enqueue('t.x', '{}', queue => %s)", (queue,))
+    conn.execute("SELECT pgsched.pause_queue('held')")
+    conn.execute(
+        "INSERT INTO pgsched.workers (name, host, pid, queues, last_seen) VALUES ('w-served', 'h', 1, '{served}', now())"
+    )
+    rows = conn.execute(queries.UNSERVED_QUEUES).fetchall()
+    assert [(r["queue"], r["available"]) for r in rows] == [("orphans", 2)]
+    assert 0 <= rows[0]["oldest_due_age_s"] < 60
+    conn.execute(
+        "INSERT INTO pgsched.workers (name, host, pid, queues, last_seen) VALUES ('w-all', 'h', 2, '{*}', now())"
+    )
+    assert conn.execute(queries.UNSERVED_QUEUES).fetchall() == []

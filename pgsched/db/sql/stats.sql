@@ -2,12 +2,33 @@
 
 -- name: unserved_queues
 -- Queues with due jobs that are not paused and that no live worker serves
--- (by name or by '*'), with how many jobs wait and for how long.
-SELECT s.queue, s.available, s.oldest_due_age_s
-FROM pgsched.queue_stats s
-WHERE s.available > 0 AND NOT s.paused
-  AND NOT EXISTS (SELECT 1 FROM pgsched.workers_live w WHERE s.queue = ANY (w.queues) OR '*' = ANY (w.queues))
-ORDER BY s.queue;
+-- (by name or by '*'), with how many jobs wait and for how long. A worker's
+-- claim loop runs it now and then, so it reads the ring of due jobs
+-- (pgsched.ready) and the workers' rows, and the due jobs of a queue nobody
+-- serves: not queue_stats, which reads five minutes of history and every
+-- row version of pgsched.jobs (seconds at thousands of jobs a second, more
+-- while something pins the xmin horizon).
+WITH served AS MATERIALIZED (
+    SELECT coalesce(pg_catalog.array_agg(DISTINCT q), '{}') AS queues
+    FROM pgsched.workers w CROSS JOIN LATERAL unnest(w.queues) q
+    WHERE w.last_seen > pg_catalog.now() - interval '1 minute'  -- pgsched.workers_live
+), waiting AS MATERIALIZED (
+    SELECT r.queue, r.id, r.shard
+    FROM pgsched.ready r, served s
+    WHERE NOT ('*' = ANY (s.queues)) AND NOT (r.queue = ANY (s.queues))
+      AND NOT EXISTS (SELECT 1 FROM pgsched.queues q WHERE q.name = r.queue AND q.paused)
+)
+SELECT w.queue, pg_catalog.count(*) AS available,
+       EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(j.run_at))::double precision AS oldest_due_age_s
+FROM waiting w
+CROSS JOIN LATERAL (
+    -- one probe per row (LIMIT keeps it a probe), whatever the statistics say
+    SELECT j.run_at FROM pgsched.jobs j
+    WHERE j.id = w.id AND j.shard = w.shard AND j.state = 'available' AND j.queue = w.queue
+    LIMIT 1
+) j
+GROUP BY w.queue
+ORDER BY w.queue;
 
 -- name: is_known_queue
 -- Whether pgsched knows queue %(q)s: configured, holding jobs or recent
