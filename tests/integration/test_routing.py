@@ -88,13 +88,10 @@ def test_the_unserved_queues_check_names_due_queues_nobody_serves(conn: psycopg.
     for queue in ("orphans", "orphans", "held", "served"):
         conn.execute("SELECT pgsched.enqueue('t.x', '{}', queue => %s)", (queue,))
     conn.execute("SELECT pgsched.pause_queue('held')")
-    conn.execute(
-        "INSERT INTO pgsched.workers (name, host, pid, queues, last_seen) VALUES ('w-served', 'h', 1, '{served}', now())"
-    )
+    worker = "INSERT INTO pgsched.workers (name, host, pid, queues, last_seen) VALUES (%s, 'h', 1, %s, now())"
+    conn.execute(worker, ("w-served", ["served"]))
     rows = conn.execute(queries.UNSERVED_QUEUES).fetchall()
     assert [(r["queue"], r["available"]) for r in rows] == [("orphans", 2)]
     assert 0 <= rows[0]["oldest_due_age_s"] < 60
-    conn.execute(
-        "INSERT INTO pgsched.workers (name, host, pid, queues, last_seen) VALUES ('w-all', 'h', 2, '{*}', now())"
-    )
+    conn.execute(worker, ("w-all", ["*"]))
     assert conn.execute(queries.UNSERVED_QUEUES).fetchall() == []
