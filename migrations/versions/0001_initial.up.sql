@@ -4760,6 +4760,12 @@ CREATE OR REPLACE FUNCTION pgsched.heartbeat(
 RETURNS TABLE (job_id bigint, held boolean, cancel_requested boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
+-- The jobs are found by their ids (an array: one primary key probe each),
+-- never by reading a partition whole, whatever the statistics say: while
+-- something pins the xmin horizon a partition holds hundreds of thousands
+-- of dead row versions that an ANALYZE does not count, and such a plan
+-- took a second a call.
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -4784,18 +4790,20 @@ BEGIN
         SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
+        WHERE j.id = ANY (heartbeat.job_ids)
+          AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
         SELECT j.id, j.shard
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
+        WHERE j.id = ANY (heartbeat.job_ids)
+          AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
         UPDATE pgsched.jobs j
         SET lease_expires_at = v_now + heartbeat.lease
         FROM locked l
-        WHERE j.id = l.id AND j.shard = l.shard
+        WHERE j.id = ANY (ARRAY(SELECT k.id FROM locked k)) AND j.id = l.id AND j.shard = l.shard
         RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
     )
     SELECT u.id, e.id IS NOT NULL OR c.id IS NOT NULL, coalesce(e.cancel_requested, c.cancel_requested, false)
