@@ -111,7 +111,6 @@ def test_heartbeat_with_a_worker_name_marks_the_worker_seen(conn: Conn, now: dat
     assert row == {"last_seen": later, "running": 2}
 
 
-
 READS = """
 SELECT coalesce(sum(seq_scan), 0) AS seq, coalesce(sum(idx_tup_fetch), 0) AS fetched
 FROM pg_stat_xact_user_tables WHERE schemaname = 'pgsched' AND relname LIKE 'jobs_s%'
