@@ -23,6 +23,7 @@ CREATE OR REPLACE FUNCTION pgsched.report_progress(
 RETURNS TABLE (job_id bigint, kept boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
+SET enable_seqscan = off  -- (see heartbeat())
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -57,13 +58,16 @@ BEGIN
         SELECT j.id, j.shard, u.fraction, u.note
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
-        WHERE j.state = 'running' AND (v_scope IS NULL OR j.tenant = v_scope)
+        -- The ids as an index condition (see heartbeat()). A current token
+        -- is a running job's (jobs_state_valid), so no filter on state: with
+        -- one, the plan may read the running rows' partial index whole.
+        WHERE j.id = ANY (report_progress.job_ids) AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), written AS (
         UPDATE pgsched.jobs j
         SET progress = l.fraction, progress_note = l.note, progress_at = v_now
         FROM locked l
-        WHERE j.id = l.id AND j.shard = l.shard
+        WHERE j.id = ANY (ARRAY(SELECT k.id FROM locked k)) AND j.id = l.id AND j.shard = l.shard
         RETURNING j.id
     )
     SELECT u.id, w.id IS NOT NULL

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -252,3 +252,26 @@ def refused(sqlstate: str, constraint: str | None = None) -> Iterator[pytest.Exc
     assert info.value.sqlstate == sqlstate, (info.value.sqlstate, str(info.value))
     if constraint is not None:
         assert info.value.diag.constraint_name == constraint, str(info.value)
+
+
+# Reads of pgsched.jobs' partitions by this transaction so far (pg_stat_xact_user_tables): sequential scans, and
+# rows fetched through an index. What a statement over a few jobs' ids reads, whatever the statistics say.
+JOBS_READS = """
+SELECT coalesce(sum(seq_scan), 0) AS seq, coalesce(sum(idx_tup_fetch), 0) AS fetched
+FROM pg_stat_xact_user_tables WHERE schemaname = 'pgsched' AND relname LIKE 'jobs_s%'
+"""
+
+
+def reads_of_a_few_jobs(conn: Conn, call: Callable[[], object], *, times: int = 7, most: int = 30) -> None:
+    """Run call ``times`` times (past PL/pgSQL's first five custom plans: its generic plan too) in a transaction,
+    on partitions whose statistics call them empty while 2,000 running jobs are there, and check that each call
+    read them through their primary keys only: no sequential scan, at most ``most`` rows fetched."""
+    with conn.transaction():
+        for _ in range(times):
+            before = conn.execute(JOBS_READS).fetchone()
+            call()
+            after = conn.execute(JOBS_READS).fetchone()
+            assert before is not None
+            assert after is not None
+            assert after["seq"] == before["seq"], "a sequential scan of pgsched.jobs"
+            assert after["fetched"] - before["fetched"] <= most, (before, after)
