@@ -112,7 +112,6 @@ def test_heartbeat_with_a_worker_name_marks_the_worker_seen(conn: Conn, now: dat
     assert row == {"last_seen": later, "running": 2}
 
 
-
 def test_heartbeat_probes_its_jobs_by_id_whatever_the_statistics_say(conn: Conn, now: datetime) -> None:
     """Each partition of pgsched.jobs is read through its primary key, for the ids given: a plan that read the
     partitions whole (statistics that call them small, as just after an ANALYZE while something pins the xmin
