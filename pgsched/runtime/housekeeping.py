@@ -92,10 +92,10 @@ class LoneHousekeeping:
         if now >= self._next_expiry:
             began = time.monotonic()
             expired = conn.execute(queries.EXPIRE_LEASES).fetchone()
-            took = time.monotonic() - began
-            self._next_expiry = began + max(1.0, self.lease / 4, EXPIRY_SPACING * took)
-            if EXPIRY_SPACING * took > max(1.0, self.lease / 4):
-                log.debug("expiring leases took %.3fs: the next pass in %.1fs", took, EXPIRY_SPACING * took)
+            usual, spaced = max(1.0, self.lease / 4), EXPIRY_SPACING * (time.monotonic() - began)
+            self._next_expiry = began + max(usual, spaced)
+            if spaced > usual:
+                log.debug("expiring leases took %.3fs: the next pass in %.1fs", spaced / EXPIRY_SPACING, spaced)
             if expired and expired[0]:
                 log.info("expired %d leases of dead or stalled workers", expired[0])
         if now >= self._next_maintain:

@@ -91,10 +91,11 @@ BEGIN
         END;
         EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT FROM %s LIMIT %s) x', v_rel, p_move + 1)
             INTO v_live;
-        IF v_live > p_move OR (v_live > 0 AND NOT v_settled) THEN
-            IF v_live > p_move THEN
-                RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
-            END IF;
+        IF v_live > 0 AND NOT v_settled THEN
+            CONTINUE;
+        END IF;
+        IF v_live > p_move THEN
+            RETURN QUERY SELECT v_slot, 'kept'::text, v_live;
             CONTINUE;
         END IF;
         v_moved := 0;

@@ -262,10 +262,19 @@ FROM pg_stat_xact_user_tables WHERE schemaname = 'pgsched' AND relname LIKE 'job
 """
 
 
+def running_behind_empty_statistics(conn: Conn, now: datetime) -> list[Row]:
+    """Three of 2,000 running jobs, in partitions whose statistics (taken while they were empty) call them tiny:
+    as after an ANALYZE while something pins the xmin horizon, when they hold hundreds of thousands of dead row
+    versions that it does not count."""
+    conn.execute("ANALYZE pgsched.jobs")
+    enqueue_many(conn, ["t"] * 2000)
+    return claim(conn, 2000, now=now)[:3]
+
+
 def reads_of_a_few_jobs(conn: Conn, call: Callable[[], object], *, times: int = 7, most: int = 30) -> None:
     """Run call ``times`` times (past PL/pgSQL's first five custom plans: its generic plan too) in a transaction,
-    on partitions whose statistics call them empty while 2,000 running jobs are there, and check that each call
-    read them through their primary keys only: no sequential scan, at most ``most`` rows fetched."""
+    and check that each call read pgsched.jobs' partitions through their primary keys only: no sequential scan,
+    at most ``most`` rows fetched (see running_behind_empty_statistics)."""
     with conn.transaction():
         for _ in range(times):
             before = conn.execute(JOBS_READS).fetchone()

@@ -17,6 +17,7 @@ from tests.sql.helpers import (
     job,
     pair,
     reads_of_a_few_jobs,
+    running_behind_empty_statistics,
     scalar,
     snapshot,
 )
@@ -116,12 +117,10 @@ def test_heartbeat_probes_its_jobs_by_id_whatever_the_statistics_say(conn: Conn,
     """Each partition of pgsched.jobs is read through its primary key, for the ids given: a plan that read the
     partitions whole (statistics that call them small, as just after an ANALYZE while something pins the xmin
     horizon and they hold hundreds of thousands of dead row versions) made heartbeats take a second."""
-    conn.execute("ANALYZE pgsched.jobs")  # empty: the statistics call every partition tiny
-    enqueue_many(conn, ["t"] * 2000)
-    got = claim(conn, 2000, now=now)
+    got = running_behind_empty_statistics(conn, now)
 
     def beat() -> None:
-        result = heartbeat(conn, [pair(r) for r in got[:3]], now=now + timedelta(seconds=1))
+        result = heartbeat(conn, [pair(r) for r in got], now=now + timedelta(seconds=1))
         assert all(held for held, _ in result.values())
 
     reads_of_a_few_jobs(conn, beat)

@@ -7,17 +7,16 @@ from datetime import datetime, timedelta
 
 from tests.sql.helpers import (
     Conn,
-    claim,
     claim_one,
     complete,
     enqueue,
-    enqueue_many,
     expire_leases,
     history,
     job,
     pair,
     reads_of_a_few_jobs,
     refused,
+    running_behind_empty_statistics,
     snapshot,
 )
 
@@ -103,7 +102,5 @@ def test_bad_reports_are_refused_and_write_nothing(conn: Conn, now: datetime) ->
 
 def test_report_progress_probes_its_jobs_by_id_whatever_the_statistics_say(conn: Conn, now: datetime) -> None:
     """As heartbeat(): never a plan that reads pgsched.jobs' partitions whole (or all of their running rows)."""
-    conn.execute("ANALYZE pgsched.jobs")  # empty: the statistics call every partition tiny
-    enqueue_many(conn, ["t"] * 2000)
-    got = claim(conn, 2000, now=now)
-    reads_of_a_few_jobs(conn, lambda: report(conn, [pair(r) for r in got[:3]], [0.5, 0.5, 0.5]))
+    got = running_behind_empty_statistics(conn, now)
+    reads_of_a_few_jobs(conn, lambda: report(conn, [pair(r) for r in got], [0.5, 0.5, 0.5]))

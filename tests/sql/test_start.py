@@ -22,13 +22,13 @@ from tests.sql.helpers import (
     claim_one,
     complete,
     enqueue,
-    enqueue_many,
     expire_leases,
     fail,
     history,
     job,
     pair,
     reads_of_a_few_jobs,
+    running_behind_empty_statistics,
     scalar,
 )
 from tests.sql.test_roles import MakeRole, connect, make_role  # noqa: F401
@@ -177,10 +177,8 @@ def test_only_the_worker_role_may_start_jobs_and_poll_cancels(
 
 def test_cancels_requested_probes_its_jobs_by_id_whatever_the_statistics_say(conn: Conn, now: datetime) -> None:
     """Workers without LISTEN call it several times a second: never a plan that reads every running row."""
-    conn.execute("ANALYZE pgsched.jobs")  # empty: the statistics call every partition tiny
-    enqueue_many(conn, ["t"] * 2000)
-    got = claim(conn, 2000, now=now)
-    ids, tokens = [r["id"] for r in got[:3]], [r["lease_token"] for r in got[:3]]
+    got = running_behind_empty_statistics(conn, now)
+    ids, tokens = [r["id"] for r in got], [r["lease_token"] for r in got]
     reads_of_a_few_jobs(
         conn, lambda: conn.execute("SELECT pgsched.cancels_requested(%s::bigint[], %s::bigint[])", (ids, tokens))
     )
