@@ -165,20 +165,28 @@ def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
     return json.dumps(rows)
 
 
+def _given(values: list[Any]) -> list[Any] | None:
+    """``values``, or None when every one is None (the database reads a NULL array as all defaults)."""
+    return values if any(v is not None for v in values) else None
+
+
 def enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = None) -> tuple[Any, ...]:
     timeouts = [_timeout_interval(s) for s in specs] if any(s.timeout is not None for s in specs) else None
     keys = [s.concurrency_key for s in specs] if any(s.concurrency_key is not None for s in specs) else None
     labels = json.dumps([list(s.labels) for s in specs]) if any(s.labels for s in specs) else None
+    # An array whose every element means the default goes as NULL: the database reads both alike
+    # (a missing queue is 'default', a missing priority 0), and a batch's arrays are most of its encoding.
+    timed = any(s.run_at is not None or s.delay is not None for s in specs)
     return (
         [s.task for s in specs],
         "[" + ",".join(s.args_json() for s in specs) + "]",
-        [s.queue for s in specs],
-        [s.run_at for s in specs],
-        [s.delay for s in specs],
-        [s.priority for s in specs],
-        [s.idempotency_key for s in specs],
-        [s.max_attempts for s in specs],
-        [s.tenant for s in specs],
+        [s.queue for s in specs] if any(s.queue not in (None, "default") for s in specs) else None,
+        [s.run_at for s in specs] if timed else None,
+        [s.delay for s in specs] if timed else None,
+        [s.priority for s in specs] if any(s.priority for s in specs) else None,
+        _given([s.idempotency_key for s in specs]),
+        _given([s.max_attempts for s in specs]),
+        _given([s.tenant for s in specs]),
         labels,
         _dependency_json(specs),
         [s.on_dependency_failure for s in specs] if any(s.on_dependency_failure for s in specs) else None,

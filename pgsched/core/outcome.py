@@ -13,6 +13,9 @@ from typing import Any
 from pgsched.core.job import ClaimedJob
 from pgsched.errors import GiveUp, JobCancelled, LeaseLost, Retry, RunFailed, Snooze
 
+# Compact JSON, NaN refused; one encoder for every call (json.dumps with options builds one per call).
+_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
 log = logging.getLogger(__name__)
 
 
@@ -46,7 +49,7 @@ def _result_json(job: ClaimedJob, value: Any) -> str | None:
     if value is None:
         return None
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return _to_json(value)
     except (TypeError, ValueError) as exc:
         log.warning(
             "job %s: result is not JSON-serializable (%s); storing none",

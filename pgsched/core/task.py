@@ -23,6 +23,9 @@ from pgsched.core.limits import (
 )
 from pgsched.core.policies import ConflictPolicy, DependencyPolicy, KeyScope, one_of, values
 
+# Compact JSON, NaN refused; one encoder for every call (json.dumps with options builds one per call).
+_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
 if TYPE_CHECKING:
     import psycopg
 
@@ -138,7 +141,7 @@ class JobSpec:
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""
         try:
-            return json.dumps(self.args, separators=(",", ":"), allow_nan=False)
+            return _to_json(self.args)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
 

@@ -52,7 +52,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(enqueue.p_now), pg_catalog.now());
+    v_now timestamptz := CASE WHEN enqueue.p_now IS NULL THEN pg_catalog.now() ELSE pgsched._clock(enqueue.p_now) END;
     v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
     v_shards integer;
     v_limit integer;
@@ -62,16 +62,32 @@ DECLARE
     v_queue text := coalesce(enqueue.queue, 'default');
     v_max integer := enqueue.max_attempts;
     v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
+    -- Members of the owner's role (current_user here) are confined to no tenant: no lookup.
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;
 BEGIN
     -- A session confined to a tenant enqueues into it unless it names one.
-    enqueue.tenant := coalesce(enqueue.tenant, nullif(pgsched._tenant_scope(), ''));
-    PERFORM pgsched._check_tenant(enqueue.tenant);
-    PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
+    -- The checks below call their helpers only to raise: the common case is
+    -- one expression each, no function call of its own.
+    enqueue.tenant := coalesce(enqueue.tenant, nullif(v_scope, ''));
+    IF v_scope IS NOT NULL AND enqueue.tenant IS DISTINCT FROM v_scope THEN
+        PERFORM pgsched._check_tenant(enqueue.tenant);
+    END IF;
+    IF enqueue.task = 'pgsched.command' THEN
+        PERFORM pgsched._check_command_task(enqueue.task, 'enqueue()');
+    END IF;
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
     FROM pgsched.config c;
-    PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
-                               v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'), enqueue.tenant);
-    PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    IF pgsched._job_problem(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
+                            v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'),
+                            enqueue.tenant) IS NOT NULL THEN
+        PERFORM pgsched._check_job(enqueue.task, v_queue, coalesce(enqueue.args, '{}'), coalesce(enqueue.priority, 0),
+                                   v_run_at, v_max, enqueue.idempotency_key, coalesce(enqueue.labels, '{}'),
+                                   enqueue.tenant);
+    END IF;
+    IF pg_catalog.pg_column_size(enqueue.args) > v_limit / 6 THEN  -- else well below the limit (_check_payload)
+        PERFORM pgsched._check_payload(enqueue.args, v_limit);
+    END IF;
     IF enqueue.trace_context IS NOT NULL THEN
         PERFORM pgsched._check_trace_context(enqueue.trace_context);
     END IF;

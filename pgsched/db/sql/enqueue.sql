@@ -20,13 +20,14 @@ SELECT pgsched.enqueue_service(%s::text, %s::jsonb, %s::text, coalesce(%s::times
 -- The args travel as one JSON array (one document to encode, not one per job),
 -- and so do the labels, an array per job (NULL when no job has any), and the
 -- dependencies (ids, and -n for the batch's n-th row). Delays
--- are added to the database's clock.
+-- are added to the database's clock; with neither run_at nor delay, the
+-- run_ats are NULL (each job due now).
 SELECT job_id FROM pgsched.enqueue_many(
     %s::text[],
     ARRAY(SELECT pg_catalog.jsonb_array_elements(%s::jsonb)),
     %s::text[],
-    ARRAY(SELECT coalesce(u.r, now() + u.d)
-          FROM unnest(%s::timestamptz[], %s::interval[]) WITH ORDINALITY AS u(r, d, n) ORDER BY u.n),
+    (SELECT pg_catalog.array_agg(coalesce(u.r, now() + u.d) ORDER BY u.n)
+     FROM unnest(%s::timestamptz[], %s::interval[]) WITH ORDINALITY AS u(r, d, n)),
     %s::integer[], %s::text[], %s::integer[], %s::text[],
     (SELECT pg_catalog.array_agg(l.e ORDER BY l.n)
      FROM pg_catalog.jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS l(e, n)),
