@@ -165,6 +165,19 @@ def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
     return json.dumps(rows)
 
 
+_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _args_array(specs: Sequence[JobSpec]) -> str:
+    """The batch's args as one JSON array, encoded in one call; a job whose args JSON cannot carry is named."""
+    try:
+        return _to_json([s.args for s in specs])
+    except (TypeError, ValueError):
+        for spec in specs:
+            spec.args_json()  # raises, naming the task
+        raise
+
+
 def _given(values: list[Any]) -> list[Any] | None:
     """``values``, or None when every one is None (the database reads a NULL array as all defaults)."""
     return values if any(v is not None for v in values) else None
@@ -179,7 +192,7 @@ def enqueue_many_params(specs: Sequence[JobSpec], trace_context: str | None = No
     timed = any(s.run_at is not None or s.delay is not None for s in specs)
     return (
         [s.task for s in specs],
-        "[" + ",".join(s.args_json() for s in specs) + "]",
+        _args_array(specs),
         [s.queue for s in specs] if any(s.queue not in (None, "default") for s in specs) else None,
         [s.run_at for s in specs] if timed else None,
         [s.delay for s in specs] if timed else None,

@@ -213,3 +213,49 @@ def test_enqueue_reconnects_after_the_apps_connection_drops(app: App, conn: psyc
     conn.execute("SELECT pg_terminate_backend(%s, 5000)", [others[0]["pid"]])  # waits until it is gone
     task.enqueue(2)
     assert count_jobs(conn) == 2
+
+
+def test_enqueue_many_gives_each_job_its_own_options_and_the_defaults_to_the_rest(
+    app: App, conn: psycopg.Connection[Any]
+) -> None:
+    task = app.task(name="many.opts")(send_welcome)
+    plain = app.enqueue_many([JobSpec(task="many.opts", args={"user_id": i}) for i in range(3)])
+    mixed = app.enqueue_many(
+        [
+            task.job(0),
+            task.using(queue="urgent", priority=-7, delay=timedelta(hours=1), max_attempts=3).job(1),
+            JobSpec(task="many.opts", args={"user_id": 2}, tenant="acme", idempotency_key="k-2"),
+            JobSpec(task="many.opts", args={"user_id": 3}, queue="default", priority=0),
+        ]
+    )
+    rows = {r["id"]: r for r in conn.execute("SELECT *, run_at <= now() AS due FROM pgsched.jobs").fetchall()}
+    for job_id in plain:
+        row = rows[job_id]
+        assert (row["queue"], row["priority"], row["due"], row["tenant"], row["idempotency_key"]) == (
+            "default",
+            0,
+            True,
+            None,
+            None,
+        )
+    first, delayed, keyed, explicit = (rows[i] for i in mixed)
+    assert (first["queue"], first["priority"], first["state"]) == ("default", 0, "available")
+    assert (delayed["queue"], delayed["priority"], delayed["state"], delayed["max_attempts"]) == (
+        "urgent",
+        -7,
+        "scheduled",
+        3,
+    )
+    assert (keyed["tenant"], keyed["idempotency_key"], keyed["state"]) == ("acme", "k-2", "available")
+    assert (explicit["queue"], explicit["priority"], explicit["state"]) == ("default", 0, "available")
+
+
+def test_enqueue_many_names_the_task_whose_args_json_cannot_carry_and_writes_none(
+    app: App, conn: psycopg.Connection[Any]
+) -> None:
+    app.task(name="many.json")(send_welcome)
+    good = JobSpec(task="many.json", args={"user_id": 1})
+    for bad in ({"user_id": {1, 2}}, {"user_id": math.nan}):
+        with pytest.raises(TypeError, match=r"many\.json.*JSON-serializable"):
+            app.enqueue_many([good, JobSpec(task="many.json", args=bad)])
+    assert count_jobs(conn) == 0
