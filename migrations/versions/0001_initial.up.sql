@@ -3215,7 +3215,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
-    v_clock timestamptz := pgsched._clock(p_now);
+    v_clock timestamptz := CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END;
     v_now timestamptz := coalesce(v_clock, pg_catalog.clock_timestamp());
     v_queues text[];
     v_left integer := claim.n;
@@ -3225,7 +3225,8 @@ DECLARE
     v_nq integer;
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
-    v_scope text := pgsched._tenant_scope();
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
     -- the batch's due rows (in claim order), and the range of their shards and slots
     v_ids bigint[];
     v_shards smallint[];
@@ -3428,11 +3429,12 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
     v_config pgsched.config;
-    v_scope text := pgsched._tenant_scope();
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
     v_shard smallint;
     v_ids bigint[];
     v_tokens bigint[];
@@ -4614,12 +4616,13 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
-    v_scope text := pgsched._tenant_scope();
+    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
 BEGIN
     UPDATE pgsched.jobs j
     SET run_at = v.run_at,
@@ -4790,10 +4793,11 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
-    v_scope text := pgsched._tenant_scope();
+    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
         UPDATE pgsched.workers w
@@ -5067,8 +5071,9 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
-    v_scope text := pgsched._tenant_scope();
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
     v_timeout interval;
     v_pair record;
     v_job pgsched.jobs;
@@ -5492,8 +5497,9 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
-    v_scope text := pgsched._tenant_scope();
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
     v_limit integer;
     v_steps jsonb;
 BEGIN
@@ -5675,8 +5681,9 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     -- the clock now, not at transaction start: a lease that ran out is not handed back (_put_back)
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
-    v_scope text := pgsched._tenant_scope();
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
 BEGIN
     IF release.ran IS NOT NULL AND false = ANY (release.ran) THEN
         UPDATE pgsched.jobs j
@@ -5909,8 +5916,9 @@ SET enable_seqscan = off  -- (see heartbeat())
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
-    v_scope text := pgsched._tenant_scope();
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
     v_n integer := coalesce(pg_catalog.cardinality(report_progress.job_ids), 0);
 BEGIN
     IF coalesce(pg_catalog.cardinality(report_progress.tokens), 0) <> v_n
@@ -6355,7 +6363,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
     RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
-                             coalesce(pgsched._clock(snooze.p_now), pg_catalog.clock_timestamp()));
+                             coalesce(CASE WHEN snooze.p_now IS NOT NULL THEN pgsched._clock(snooze.p_now) END, pg_catalog.clock_timestamp()));
 END
 $$;
 
@@ -6417,7 +6425,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
     v_shard smallint;
     v_ids bigint[];
     v_tokens bigint[];
