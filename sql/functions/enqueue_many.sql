@@ -61,6 +61,7 @@ DECLARE
     v_shard_list smallint[];
     v_final bigint[];
     v_scope text;
+    v_scope_raw text;
     v_fair timestamptz[];
     v_waits boolean := EXISTS (SELECT 1 FROM unnest(depends_on) d
                                WHERE pg_catalog.jsonb_typeof(d) <> 'array' OR pg_catalog.jsonb_array_length(d) > 0);
@@ -95,33 +96,45 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- A session confined to a tenant enqueues into it where a row names none.
-    v_scope := nullif(pgsched._tenant_scope(), '');
+    -- (a member of the owner's role, current_user here, is confined to no tenant: no lookup)
+    v_scope_raw := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                        ELSE pgsched._tenant_scope() END;
+    v_scope := nullif(v_scope_raw, '');
     IF v_scope IS NOT NULL THEN
         tenants := ARRAY(SELECT coalesce(u.tenant, v_scope)
                          FROM unnest(coalesce(tenants, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
                               WITH ORDINALITY AS u(tenant, ord)
                          ORDER BY u.ord);
     END IF;
-    SELECT u.scope, u.ord INTO v_bad FROM unnest(key_scopes) WITH ORDINALITY AS u(scope, ord)
-    WHERE u.scope NOT IN ('active', 'retention') ORDER BY u.ord LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'pgsched: row % of the batch: key_scope must be ''active'' or ''retention'', not %',
-                v_bad.ord, pgsched._shown(v_bad.scope)
-            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
+    -- (each check below reads the batch only when it can fail)
+    IF key_scopes IS NOT NULL THEN
+        SELECT u.scope, u.ord INTO v_bad FROM unnest(key_scopes) WITH ORDINALITY AS u(scope, ord)
+        WHERE u.scope NOT IN ('active', 'retention') ORDER BY u.ord LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: row % of the batch: key_scope must be ''active'' or ''retention'', not %',
+                    v_bad.ord, pgsched._shown(v_bad.scope)
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'key_scope';
+        END IF;
     END IF;
-    PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
-    FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
-    WHERE u.task = 'pgsched.command';
-    -- Every row is checked, also those whose tenant is NULL.
-    FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
-                 FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord) GROUP BY u.tenant LOOP
-        BEGIN
-            PERFORM pgsched._check_tenant(v_bad.tenant);
-        EXCEPTION WHEN insufficient_privilege THEN
-            RAISE EXCEPTION 'pgsched: row % of the batch: %', v_bad.ord, pg_catalog.substr(SQLERRM, 10)
-                USING ERRCODE = 'insufficient_privilege', COLUMN = 'tenant';
-        END;
-    END LOOP;
+    IF 'pgsched.command' = ANY (tasks) THEN
+        PERFORM pgsched._check_command_task(u.task, pg_catalog.format('enqueue_many() row %s', u.ord))
+        FROM unnest(tasks) WITH ORDINALITY AS u(task, ord)
+        WHERE u.task = 'pgsched.command';
+    END IF;
+    -- Every row is checked, also those whose tenant is NULL; a session
+    -- confined to no tenant may name any (_check_tenant).
+    IF v_scope_raw IS NOT NULL THEN
+        FOR v_bad IN SELECT u.tenant, pg_catalog.min(u.ord) AS ord
+                     FROM unnest(tenants, tasks) WITH ORDINALITY AS u(tenant, task, ord)
+                     GROUP BY u.tenant LOOP
+            BEGIN
+                PERFORM pgsched._check_tenant(v_bad.tenant);
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE EXCEPTION 'pgsched: row % of the batch: %', v_bad.ord, pg_catalog.substr(SQLERRM, 10)
+                    USING ERRCODE = 'insufficient_privilege', COLUMN = 'tenant';
+            END;
+        END LOOP;
+    END IF;
     SELECT c.shards, c.max_payload_bytes, c.default_max_attempts INTO v_shards, v_limit, v_default_attempts
     FROM pgsched.config c;
     -- One set-based pass over the rules (_job_problem is inlined; labels,
