@@ -26,7 +26,8 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin,
 GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 
 -- The clock check, called by invoker-rights functions too (it only refuses).
-GRANT EXECUTE ON FUNCTION pgsched._clock(timestamptz) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+GRANT EXECUTE ON FUNCTION pgsched._clock(timestamptz), pgsched._check_clock(timestamptz)
+    TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 -- Used by the row-level security policies, so callable by whoever reads.
 GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text), pgsched._tenant_scope()
     TO pgsched_enqueue, pgsched_worker, pgsched_admin;

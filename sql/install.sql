@@ -21,9 +21,11 @@
 \ir functions/_check_schedule.sql
 \ir functions/_check_schedule_names.sql
 \ir functions/_tenant_scope.sql
+\ir functions/_caller_scope.sql
 \ir functions/_check_tenant.sql
 \ir functions/_check_schedule_write.sql
 \ir functions/_check_unconfined.sql
+\ir functions/_check_clock.sql
 \ir functions/_clock.sql
 \ir functions/_depend.sql
 \ir functions/_ensure_day_partition.sql

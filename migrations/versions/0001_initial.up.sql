@@ -1317,6 +1317,22 @@ BEGIN
 END
 $$;
 
+-- functions/_caller_scope.sql
+-- _caller_scope
+-- contract: _tenant_scope() as the owner's SECURITY DEFINER functions see it,
+-- where current_user is the owner: NULL at once for a member of the owner's
+-- role (never confined, see _tenant_scope), else _tenant_scope(). A SQL
+-- function the planner inlines: such a caller calls no function at all.
+-- Only the owner may execute it (90_grants.sql grants it to no role): for any
+-- other current_user the shortcut would not mean "the owner".
+CREATE OR REPLACE FUNCTION pgsched._caller_scope()
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
+                ELSE pgsched._tenant_scope() END
+$$;
+
 -- functions/_check_tenant.sql
 -- _check_tenant
 -- contract: a session confined to a tenant (see _tenant_scope: a member of
@@ -1404,24 +1420,20 @@ BEGIN
 END
 $$;
 
--- functions/_clock.sql
--- _clock
--- contract: the moved clock a function was given, checked. p_now exists so
--- tests can move time; only the schema's owner (and its members, superusers
--- among them) may use it. For any other login a non-NULL p_now raises
--- insufficient_privilege (SQLSTATE 42501): the decision reads session_user,
--- the login, so SET ROLE changes nothing, and it holds inside SECURITY
--- DEFINER functions, where current_user is the owner. NULL returns NULL at
--- once (callers coalesce it with their clock): the hot path pays one call.
-CREATE OR REPLACE FUNCTION pgsched._clock(p_now timestamptz)
+-- functions/_check_clock.sql
+-- _check_clock
+-- contract: p_now, once the caller is found allowed to move the clock: only
+-- the schema's owner (and its members, superusers among them). For any other
+-- login it raises insufficient_privilege (SQLSTATE 42501): the decision reads
+-- session_user, the login, so SET ROLE changes nothing, and it holds inside
+-- SECURITY DEFINER functions, where current_user is the owner. Called by
+-- _clock for a non-NULL p_now only.
+CREATE OR REPLACE FUNCTION pgsched._check_clock(p_now timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
-    IF p_now IS NULL THEN
-        RETURN NULL;
-    END IF;
     IF NOT pg_catalog.pg_has_role(
             session_user,
             (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgsched'),
@@ -1432,6 +1444,20 @@ BEGIN
     END IF;
     RETURN p_now;
 END
+$$;
+
+-- functions/_clock.sql
+-- _clock
+-- contract: the moved clock a function was given, checked (_check_clock).
+-- p_now exists so tests can move time; only the schema's owner (and its
+-- members, superusers among them) may use it. NULL returns NULL (callers
+-- coalesce it with their clock). A SQL function the planner inlines: the hot
+-- path, where p_now is NULL, calls no function at all.
+CREATE OR REPLACE FUNCTION pgsched._clock(p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_now IS NULL THEN NULL ELSE pgsched._check_clock(p_now) END
 $$;
 
 -- functions/_depend.sql
@@ -3215,7 +3241,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
-    v_clock timestamptz := CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END;
+    v_clock timestamptz := pgsched._clock(p_now);
     v_now timestamptz := coalesce(v_clock, pg_catalog.clock_timestamp());
     v_queues text[];
     v_left integer := claim.n;
@@ -3225,8 +3251,7 @@ DECLARE
     v_nq integer;
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_scope text := pgsched._caller_scope();
     -- the batch's due rows (in claim order), and the range of their shards and slots
     v_ids bigint[];
     v_shards smallint[];
@@ -3429,12 +3454,11 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_config pgsched.config;
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_scope text := pgsched._caller_scope();
     v_shard smallint;
     v_ids bigint[];
     v_tokens bigint[];
@@ -3768,7 +3792,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_now timestamptz := CASE WHEN enqueue.p_now IS NULL THEN pg_catalog.now() ELSE pgsched._clock(enqueue.p_now) END;
+    v_now timestamptz := coalesce(pgsched._clock(enqueue.p_now), pg_catalog.now());
     v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
     v_shards integer;
     v_limit integer;
@@ -3778,9 +3802,7 @@ DECLARE
     v_queue text := coalesce(enqueue.queue, 'default');
     v_max integer := enqueue.max_attempts;
     v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
-    -- Members of the owner's role (current_user here) are confined to no tenant: no lookup.
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;
+    v_scope text := pgsched._caller_scope();
 BEGIN
     -- A session confined to a tenant enqueues into it unless it names one.
     -- The checks below call their helpers only to raise: the common case is
@@ -4152,9 +4174,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- A session confined to a tenant enqueues into it where a row names none.
-    -- (a member of the owner's role, current_user here, is confined to no tenant: no lookup)
-    v_scope_raw := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                        ELSE pgsched._tenant_scope() END;
+    v_scope_raw := pgsched._caller_scope();
     v_scope := nullif(v_scope_raw, '');
     IF v_scope IS NOT NULL THEN
         tenants := ARRAY(SELECT coalesce(u.tenant, v_scope)
@@ -4635,13 +4655,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_scope text := pgsched._caller_scope();
 BEGIN
     UPDATE pgsched.jobs j
     SET run_at = v.run_at,
@@ -4812,11 +4831,10 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_scope text := pgsched._caller_scope();
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
         UPDATE pgsched.workers w
@@ -5090,9 +5108,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._caller_scope();
     v_timeout interval;
     v_pair record;
     v_job pgsched.jobs;
@@ -5516,9 +5533,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._caller_scope();
     v_limit integer;
     v_steps jsonb;
 BEGIN
@@ -5700,9 +5716,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     -- the clock now, not at transaction start: a lease that ran out is not handed back (_put_back)
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_scope text := pgsched._caller_scope();
 BEGIN
     IF release.ran IS NOT NULL AND false = ANY (release.ran) THEN
         UPDATE pgsched.jobs j
@@ -5935,9 +5950,8 @@ SET enable_seqscan = off  -- (see heartbeat())
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._caller_scope();
     v_n integer := coalesce(pg_catalog.cardinality(report_progress.job_ids), 0);
 BEGIN
     IF coalesce(pg_catalog.cardinality(report_progress.tokens), 0) <> v_n
@@ -6382,7 +6396,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
     RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
-                             coalesce(CASE WHEN snooze.p_now IS NOT NULL THEN pgsched._clock(snooze.p_now) END, pg_catalog.clock_timestamp()));
+                             coalesce(pgsched._clock(snooze.p_now), pg_catalog.clock_timestamp()));
 END
 $$;
 
@@ -6444,7 +6458,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_shard smallint;
     v_ids bigint[];
     v_tokens bigint[];
@@ -7373,7 +7387,8 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_enqueue, pgsched_worker, pgsched_admin,
 GRANT pgsched_enqueue, pgsched_worker TO pgsched_admin;
 
 -- The clock check, called by invoker-rights functions too (it only refuses).
-GRANT EXECUTE ON FUNCTION pgsched._clock(timestamptz) TO pgsched_enqueue, pgsched_worker, pgsched_admin;
+GRANT EXECUTE ON FUNCTION pgsched._clock(timestamptz), pgsched._check_clock(timestamptz)
+    TO pgsched_enqueue, pgsched_worker, pgsched_admin;
 -- Used by the row-level security policies, so callable by whoever reads.
 GRANT EXECUTE ON FUNCTION pgsched._tenant_visible(text), pgsched._tenant_scope()
     TO pgsched_enqueue, pgsched_worker, pgsched_admin;

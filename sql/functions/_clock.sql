@@ -1,28 +1,12 @@
 -- _clock
--- contract: the moved clock a function was given, checked. p_now exists so
--- tests can move time; only the schema's owner (and its members, superusers
--- among them) may use it. For any other login a non-NULL p_now raises
--- insufficient_privilege (SQLSTATE 42501): the decision reads session_user,
--- the login, so SET ROLE changes nothing, and it holds inside SECURITY
--- DEFINER functions, where current_user is the owner. NULL returns NULL at
--- once (callers coalesce it with their clock): the hot path pays one call.
+-- contract: the moved clock a function was given, checked (_check_clock).
+-- p_now exists so tests can move time; only the schema's owner (and its
+-- members, superusers among them) may use it. NULL returns NULL (callers
+-- coalesce it with their clock). A SQL function the planner inlines: the hot
+-- path, where p_now is NULL, calls no function at all.
 CREATE OR REPLACE FUNCTION pgsched._clock(p_now timestamptz)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pgsched, pg_temp
+LANGUAGE sql STABLE
 AS $$
-BEGIN
-    IF p_now IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF NOT pg_catalog.pg_has_role(
-            session_user,
-            (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgsched'),
-            'MEMBER') THEN
-        RAISE EXCEPTION 'pgsched: only the owner of the pgsched schema may move the clock (p_now)'
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Leave p_now NULL: the functions use the database clock.';
-    END IF;
-    RETURN p_now;
-END
+    SELECT CASE WHEN p_now IS NULL THEN NULL ELSE pgsched._check_clock(p_now) END
 $$;

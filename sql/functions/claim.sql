@@ -72,7 +72,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     -- The clock now, not at transaction start: the lease runs from the claim.
-    v_clock timestamptz := CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END;
+    v_clock timestamptz := pgsched._clock(p_now);
     v_now timestamptz := coalesce(v_clock, pg_catalog.clock_timestamp());
     v_queues text[];
     v_left integer := claim.n;
@@ -82,8 +82,7 @@ DECLARE
     v_nq integer;
     v_limited text[];
     -- A session confined to a tenant claims only that tenant's jobs.
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_scope text := pgsched._caller_scope();
     -- the batch's due rows (in claim order), and the range of their shards and slots
     v_ids bigint[];
     v_shards smallint[];

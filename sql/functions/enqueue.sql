@@ -55,7 +55,7 @@ SET search_path = pg_catalog, pgsched, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_now timestamptz := CASE WHEN enqueue.p_now IS NULL THEN pg_catalog.now() ELSE pgsched._clock(enqueue.p_now) END;
+    v_now timestamptz := coalesce(pgsched._clock(enqueue.p_now), pg_catalog.now());
     v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
     v_shards integer;
     v_limit integer;
@@ -65,9 +65,7 @@ DECLARE
     v_queue text := coalesce(enqueue.queue, 'default');
     v_max integer := enqueue.max_attempts;
     v_waits boolean := coalesce(pg_catalog.cardinality(enqueue.depends_on), 0) > 0;
-    -- Members of the owner's role (current_user here) are confined to no tenant: no lookup.
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;
+    v_scope text := pgsched._caller_scope();
 BEGIN
     -- A session confined to a tenant enqueues into it unless it names one.
     -- The checks below call their helpers only to raise: the common case is

@@ -96,9 +96,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- A session confined to a tenant enqueues into it where a row names none.
-    -- (a member of the owner's role, current_user here, is confined to no tenant: no lookup)
-    v_scope_raw := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                        ELSE pgsched._tenant_scope() END;
+    v_scope_raw := pgsched._caller_scope();
     v_scope := nullif(v_scope_raw, '');
     IF v_scope IS NOT NULL THEN
         tenants := ARRAY(SELECT coalesce(u.tenant, v_scope)

@@ -25,13 +25,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     v_job pgsched.jobs;
     v_state pgsched.job_state;
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_scope text := pgsched._caller_scope();
 BEGIN
     UPDATE pgsched.jobs j
     SET run_at = v.run_at,

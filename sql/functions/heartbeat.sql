@@ -31,11 +31,10 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
     -- The lease is checked against the clock when the statement runs, as claim() reads it.
-    v_live timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_live timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_scope text := pgsched._caller_scope();
 BEGIN
     IF heartbeat.worker IS NOT NULL THEN
         UPDATE pgsched.workers w

@@ -25,9 +25,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.now());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.now());
+    v_scope text := pgsched._caller_scope();
     v_limit integer;
     v_steps jsonb;
 BEGIN

@@ -23,9 +23,8 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 DECLARE
     -- the clock now, not at transaction start: a lease that ran out is not handed back (_put_back)
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
-    v_scope text := CASE WHEN pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN NULL
-                         ELSE pgsched._tenant_scope() END;  -- the owner's members: no lookup
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
+    v_scope text := pgsched._caller_scope();
 BEGIN
     IF release.ran IS NOT NULL AND false = ANY (release.ran) THEN
         UPDATE pgsched.jobs j

@@ -15,6 +15,6 @@ SET search_path = pg_catalog, pgsched, pg_temp
 AS $$
 BEGIN
     RETURN pgsched._put_back(snooze.job_id, snooze.token, snooze.run_at, 'snoozed',
-                             coalesce(CASE WHEN snooze.p_now IS NOT NULL THEN pgsched._clock(snooze.p_now) END, pg_catalog.clock_timestamp()));
+                             coalesce(pgsched._clock(snooze.p_now), pg_catalog.clock_timestamp()));
 END
 $$;

@@ -34,7 +34,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := coalesce(CASE WHEN p_now IS NOT NULL THEN pgsched._clock(p_now) END, pg_catalog.clock_timestamp());
+    v_now timestamptz := coalesce(pgsched._clock(p_now), pg_catalog.clock_timestamp());
     v_shard smallint;
     v_ids bigint[];
     v_tokens bigint[];
