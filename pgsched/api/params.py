@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from pgsched.core.job import to_json
 from pgsched.core.policies import ConflictPolicy
 from pgsched.core.task import JobSpec, Ref, check_labels, check_max_attempts, check_resource_limits
 
@@ -165,13 +166,10 @@ def _dependency_json(specs: Sequence[JobSpec]) -> str | None:
     return json.dumps(rows)
 
 
-_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
-
 def _args_array(specs: Sequence[JobSpec]) -> str:
     """The batch's args as one JSON array, encoded in one call; a job whose args JSON cannot carry is named."""
     try:
-        return _to_json([s.args for s in specs])
+        return to_json([s.args for s in specs])
     except (TypeError, ValueError):
         for spec in specs:
             spec.args_json()  # raises, naming the task

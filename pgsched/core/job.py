@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pgsched.errors import JobCancelled, LeaseLost, WorkerStopping
 
 # Compact JSON, NaN refused; one encoder for every call (json.dumps with options builds one per call).
-_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 # The idempotency key the database gives a schedule's occurrence (add_occurrences): it names the fire time.
 _OCCURRENCE_KEY = re.compile(r"pgsched:schedule:[A-Za-z0-9_.:-]+:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
@@ -371,7 +371,7 @@ def _check_step_name(name: str) -> None:
 
 def _step_json(name: str, value: Any) -> str:
     try:
-        return _to_json(value)
+        return to_json(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"step {name!r}: its result must be JSON (dicts, lists, str, numbers, bool, None): {exc}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from dataclasses import dataclass, field
@@ -10,11 +9,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from pgsched.core.job import ClaimedJob
+from pgsched.core.job import ClaimedJob, to_json
 from pgsched.errors import GiveUp, JobCancelled, LeaseLost, Retry, RunFailed, Snooze
-
-# Compact JSON, NaN refused; one encoder for every call (json.dumps with options builds one per call).
-_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +45,7 @@ def _result_json(job: ClaimedJob, value: Any) -> str | None:
     if value is None:
         return None
     try:
-        return _to_json(value)
+        return to_json(value)
     except (TypeError, ValueError) as exc:
         log.warning(
             "job %s: result is not JSON-serializable (%s); storing none",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from pgsched.core.handle import JobHandle
-from pgsched.core.job import JobContext
+from pgsched.core.job import JobContext, to_json
 from pgsched.core.limits import (
     CPU_LIMIT_MAX,
     CPU_LIMIT_MIN,
@@ -22,9 +21,6 @@ from pgsched.core.limits import (
     PRIORITY_MIN,
 )
 from pgsched.core.policies import ConflictPolicy, DependencyPolicy, KeyScope, one_of, values
-
-# Compact JSON, NaN refused; one encoder for every call (json.dumps with options builds one per call).
-_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 if TYPE_CHECKING:
     import psycopg
@@ -141,7 +137,7 @@ class JobSpec:
     def args_json(self) -> str:
         """The args as JSON text; raises TypeError for values JSON cannot carry."""
         try:
-            return _to_json(self.args)
+            return to_json(self.args)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"arguments of task {self.task!r} must be JSON-serializable: {exc}") from exc
 

@@ -23,6 +23,11 @@ UNSERVED_CHECK_INTERVAL = 300.0  # seconds between warnings about queues no live
 EXPIRY_SPACING = 20.0
 
 
+def spaced(usual: float, took: float) -> float:
+    """Seconds until the next pass of a duty that usually runs every ``usual`` seconds and last took ``took``."""
+    return max(usual, EXPIRY_SPACING * took)
+
+
 class LoneHousekeeping:
     """Each duty at its own interval (``enabled``: the worker's --housekeeping), on a thread and a connection of
     its own: a duty that takes long (expiring leases reads every dead index entry of the running jobs while
@@ -92,10 +97,11 @@ class LoneHousekeeping:
         if now >= self._next_expiry:
             began = time.monotonic()
             expired = conn.execute(queries.EXPIRE_LEASES).fetchone()
-            usual, spaced = max(1.0, self.lease / 4), EXPIRY_SPACING * (time.monotonic() - began)
-            self._next_expiry = began + max(usual, spaced)
-            if spaced > usual:
-                log.debug("expiring leases took %.3fs: the next pass in %.1fs", spaced / EXPIRY_SPACING, spaced)
+            usual, took = max(1.0, self.lease / 4), time.monotonic() - began
+            wait = spaced(usual, took)
+            self._next_expiry = began + wait
+            if wait > usual:
+                log.debug("expiring leases took %.3fs: the next pass in %.1fs", took, wait)
             if expired and expired[0]:
                 log.info("expired %d leases of dead or stalled workers", expired[0])
         if now >= self._next_maintain:

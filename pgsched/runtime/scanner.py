@@ -32,7 +32,7 @@ import psycopg
 from pgsched.db import queries
 from pgsched.db.dbconn import Reconnecting
 from pgsched.runtime.expansion import MAX_FIRES_PER_EXPANSION, Expander, Pass, plan_occurrences
-from pgsched.runtime.housekeeping import EXPIRY_SPACING
+from pgsched.runtime.housekeeping import spaced
 from pgsched.runtime.listener import Listener
 from pgsched.runtime.vacuumer import Vacuumer
 
@@ -294,7 +294,7 @@ class Scanner:
         # Due jobs are promoted when due (shard.due) whatever this says; the scan that only looks for expired
         # leases waits at least EXPIRY_SPACING times its own length (while the xmin horizon is held it reads
         # every dead index entry of the jobs run since).
-        shard.next_scan = now + max(self.options.scan_interval, EXPIRY_SPACING * (now - began))
+        shard.next_scan = now + spaced(self.options.scan_interval, now - began)
 
     def _lost(self, shard_no: int, exc: psycopg.Error) -> None:
         self.stats.rejected += 1
