@@ -139,8 +139,16 @@ class Running:
 
     def start(self) -> Running:
         self.thread.start()
-        # Started = its heartbeater exists (connections open, tasks registered).
-        wait_for(lambda: self.worker._heartbeater is not None or not self.thread.is_alive(), what="worker start")
+        # Started = its heartbeater exists (connections open, tasks registered), and its listener when it
+        # listens (made a moment after the heartbeater: a busy machine can show the gap).
+        worker = self.worker
+        wait_for(
+            lambda: (
+                (worker._heartbeater is not None and (not worker.options.listen or worker._listener is not None))
+                or not self.thread.is_alive()
+            ),
+            what="worker start",
+        )
         listener = self.worker._listener
         if listener is not None:
             wait_for(lambda: listener.connected.is_set() or listener.available is False, what="listener")
