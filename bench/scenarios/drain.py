@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from bench.harness import db
+from bench.harness import cpu, db
 from bench.harness.options import Options
 from bench.harness.workers import WorkerPool
 from bench.scenarios.base import (
@@ -66,6 +66,7 @@ def measure_drain(
         pool = WorkerPool(system.name, dsn, config, env.caps, env.work_dir, loop=loop)
         try:
             pool.start()
+            cpu_before = cpu.sample()
             started = pool.go()
             deadline = started + timeout
             polls = 0
@@ -83,6 +84,7 @@ def measure_drain(
                 if time.perf_counter() > deadline:
                     raise TimeoutError(f"jobs still unfinished in the database after {timeout:.0f} s")
             finished_at = time.perf_counter()
+            cpu_after = cpu.sample()
             hits = pool.done()
         finally:
             pool.stop()
@@ -92,8 +94,11 @@ def measure_drain(
     seconds = finished_at - started
     if hits != n:
         notes.append(f"handlers ran {hits:,} times for {n:,} jobs")
+    machine = cpu.busy(cpu_before, cpu_after)
     return {
         "jobs_per_s": n / seconds,
+        # every core's busy time, over the jobs: what more processes cannot make smaller
+        **({} if machine is None else {"busy_pct": machine[0] * 100.0, "cpu_us_per_job": machine[1] * 1e6 / n}),
         "seconds": seconds,
         "tail_ms": (finished_at - handled) * 1000.0,
         "jobs": n,
@@ -104,6 +109,13 @@ def measure_drain(
     }
 
 
+def _cpu_cell(row: RowSummary) -> str:
+    """The machine's busy core-microseconds per job and how busy its cores were (medians over rounds)."""
+    if "cpu_us_per_job" not in row.stats or "busy_pct" not in row.stats:
+        return "—"
+    return f"{row.stats['cpu_us_per_job'][0]:.0f} ({row.stats['busy_pct'][0]:.0f} %)"
+
+
 class DrainScenario(Scenario):
     """Jobs per second a system's workers finish, queue pre-filled, clock from worker start."""
 
@@ -112,13 +124,15 @@ class DrainScenario(Scenario):
     description = "drain N pre-enqueued jobs at 1 and several worker processes, until the database says all are done"
     primary = "jobs_per_s"
     ratio_metrics = ("jobs_per_s",)
-    summary_metrics = ("jobs_per_s", "tail_ms")
+    summary_metrics = ("jobs_per_s", "tail_ms", "cpu_us_per_job", "busy_pct")
 
     def sizes(self, opts: Options) -> str:
         big = f" and {opts.big_drain_jobs:,}" if opts.big else ""
         return (
             f"{opts.drain_jobs:,}{big} pre-enqueued jobs. *concurrency*: handlers running at once in one process; "
-            "*claim*: most jobs one claim takes"
+            "*claim*: most jobs one claim takes; *CPU µs/job*: every core's busy time on the machine (the database, "
+            "the workers, the harness) over the drain, per job: a system that leaves cores idle is bound by its "
+            "round trips, one whose cores are all busy by this cost, which more processes cannot lower"
         )
 
     def progress_label(self, case: Case) -> str:
@@ -183,6 +197,7 @@ class DrainScenario(Scenario):
                         "" if status else fmt_ratio(row.ratios.get("jobs_per_s/raw")),
                         "" if status else fmt_ratio(row.ratios.get("jobs_per_s/peer")),
                         "" if status or "tail_ms" not in row.stats else f"{row.stats['tail_ms'][0]:.0f}",
+                        "" if status else _cpu_cell(row),
                     ]
                 )
             lines += table(
@@ -196,6 +211,7 @@ class DrainScenario(Scenario):
                     "× raw ceiling",
                     "× best peer (same procs)",
                     "persist tail ms",
+                    "CPU µs/job (cores busy)",
                 ],
                 out,
             )
