@@ -132,9 +132,11 @@ class PgQueuerSystem(System):
             ),
         ]
         if self.driver == "asyncpg":
-            configs.append(
-                DrainConfig("bs100x2", "batch_size 100", 2, {"batch_size": 100}, concurrency=tasks, claim="100")
-            )
+            configs += [
+                DrainConfig("bs100x2", "batch_size 100", 2, {"batch_size": 100}, concurrency=tasks, claim="100"),
+                DrainConfig("bs1000x1", "batch_size 1000", 1, {"batch_size": 1000}, concurrency=tasks, claim="1000"),
+                DrainConfig("bs1000x2", "batch_size 1000", 2, {"batch_size": 1000}, concurrency=tasks, claim="1000"),
+            ]
         return configs
 
     def latency_config(self, caps: Caps) -> DrainConfig:

@@ -189,6 +189,7 @@ class PgschedSystem(System):
 
     def drain_configs(self, caps: Caps) -> list[DrainConfig]:
         c100 = {"args": ["--concurrency", "100"]}
+        c1000 = {"args": ["--concurrency", "1000"]}
         return [
             DrainConfig(
                 "defaults",
@@ -203,6 +204,8 @@ class PgschedSystem(System):
             ),
             DrainConfig("c100x1", "concurrency 100", 1, c100, quick=True, big=True, concurrency="100", claim="≤ 200"),
             DrainConfig("c100x2", "concurrency 100", 2, c100, concurrency="100", claim="≤ 200"),
+            DrainConfig("c1000x1", "concurrency 1000", 1, c1000, concurrency="1000", claim="≤ 1000"),
+            DrainConfig("c1000x2", "concurrency 1000", 2, c1000, concurrency="1000", claim="≤ 1000"),
             DrainConfig(
                 "strict1x2",
                 "concurrency 1, prefetch 0 (one-job claims)",
