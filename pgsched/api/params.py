@@ -26,7 +26,7 @@ def _job_params(spec: JobSpec) -> tuple[Any, ...]:
         spec.priority,
         spec.idempotency_key,
         spec.max_attempts,
-        list(spec.labels),
+        list(spec.labels) or None,  # none: NULL, as the SQL functions read it (an empty array costs more to send)
         spec.tenant,
     )
 
