@@ -62,10 +62,12 @@ BEGIN
           AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
     ), extended AS (
+        -- The locked rows, by their ids alone (ids are unique), in one probe of each partition: no join
+        -- that pairs each row with its shard, which made PostgreSQL 18 prune the partitions again for
+        -- every row, a path that crashed a backend (perform_pruning_base_step, 18.4).
         UPDATE pgsched.jobs j
         SET lease_expires_at = v_now + heartbeat.lease
-        FROM locked l
-        WHERE j.id = ANY (ARRAY(SELECT k.id FROM locked k)) AND j.id = l.id AND j.shard = l.shard
+        WHERE j.id = ANY (ARRAY(SELECT k.id FROM locked k))
         RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
     )
     SELECT u.id, e.id IS NOT NULL OR c.id IS NOT NULL, coalesce(e.cancel_requested, c.cancel_requested, false)

@@ -63,11 +63,19 @@ BEGIN
         -- one, the plan may read the running rows' partial index whole.
         WHERE j.id = ANY (report_progress.job_ids) AND (v_scope IS NULL OR j.tenant = v_scope)
         FOR UPDATE OF j SKIP LOCKED
-    ), written AS (
-        UPDATE pgsched.jobs j
-        SET progress = l.fraction, progress_note = l.note, progress_at = v_now
+    ), reported AS (
+        -- each locked job's report, by id, read once per row below
+        SELECT pg_catalog.jsonb_object_agg(l.id::text, pg_catalog.jsonb_build_array(l.fraction, l.note)) AS by_id
         FROM locked l
-        WHERE j.id = ANY (ARRAY(SELECT k.id FROM locked k)) AND j.id = l.id AND j.shard = l.shard
+    ), written AS (
+        -- The locked rows, by their ids alone (ids are unique), in one probe of each partition: no join
+        -- that pairs each row with its shard, which made PostgreSQL 18 prune the partitions again for
+        -- every row, a path that crashed a backend (perform_pruning_base_step, 18.4; see heartbeat()).
+        UPDATE pgsched.jobs j
+        SET progress = ((SELECT r.by_id FROM reported r) -> (j.id::text) ->> 0)::real,
+            progress_note = (SELECT r.by_id FROM reported r) -> (j.id::text) ->> 1,
+            progress_at = v_now
+        WHERE j.id = ANY (ARRAY(SELECT k.id FROM locked k))
         RETURNING j.id
     )
     SELECT u.id, w.id IS NOT NULL

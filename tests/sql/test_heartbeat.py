@@ -124,3 +124,33 @@ def test_heartbeat_probes_its_jobs_by_id_whatever_the_statistics_say(conn: Conn,
         assert all(held for held, _ in result.values())
 
     reads_of_a_few_jobs(conn, beat)
+
+
+def test_jobs_of_every_shard_are_extended_and_their_progress_kept_each_its_own(conn: Conn, now: datetime) -> None:
+    # Rows are found by id alone, never paired with their shard row by row (that pairing made PostgreSQL 18
+    # prune the partitions per row, a path that crashed a backend): jobs spread over the shards each get
+    # their own lease and their own report.
+    ids = [enqueue(conn, idempotency_key=f"spread-{i}") for i in range(24)]
+    got = claim(conn, 24, now=now)
+    assert {g["id"] for g in got} == set(ids)
+    shards = {int(scalar(conn, "SELECT shard FROM pgsched.jobs WHERE id = %s", [i])) for i in ids}
+    assert len(shards) >= 4, shards
+    later = now + timedelta(seconds=5)
+    assert heartbeat(conn, [pair(g) for g in got], now=later) == {g["id"]: (True, False) for g in got}
+    fractions = {g["id"]: (k + 1) / 32 for k, g in enumerate(got)}
+    kept = conn.execute(
+        "SELECT * FROM pgsched.report_progress(%s::bigint[], %s::bigint[], %s::real[], %s::text[], %s)",
+        [
+            [g["id"] for g in got],
+            [g["lease_token"] for g in got],
+            [fractions[g["id"]] for g in got],
+            [f"note {g['id']}" for g in got],
+            later,
+        ],
+    ).fetchall()
+    assert {r["job_id"]: r["kept"] for r in kept} == {g["id"]: True for g in got}
+    for g in got:
+        row = job(conn, g["id"])
+        assert row is not None
+        assert row["lease_expires_at"] == later + timedelta(seconds=30)
+        assert (row["progress"], row["progress_note"]) == (fractions[g["id"]], f"note {g['id']}")
