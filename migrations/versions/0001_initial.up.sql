@@ -4849,13 +4849,13 @@ BEGIN
         -- A current token is a running job's (jobs_state_valid), so no filter
         -- on state: with one, the planner may scan the running rows' partial
         -- indexes, dead entries and all, instead of probing the primary key.
-        SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
+        SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
         WHERE j.id = ANY (heartbeat.job_ids)
           AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
-        SELECT j.id, j.shard
+        SELECT j.id
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
         WHERE j.id = ANY (heartbeat.job_ids)
@@ -5980,7 +5980,7 @@ BEGIN
                     coalesce(report_progress.notes, pg_catalog.array_fill(NULL::text, ARRAY[v_n])))
              AS u(id, token, fraction, note)
     ), locked AS MATERIALIZED (
-        SELECT j.id, j.shard, u.fraction, u.note
+        SELECT j.id, u.fraction, u.note
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
         -- The ids as an index condition (see heartbeat()). A current token
@@ -5993,9 +5993,7 @@ BEGIN
         SELECT pg_catalog.jsonb_object_agg(l.id::text, pg_catalog.jsonb_build_array(l.fraction, l.note)) AS by_id
         FROM locked l
     ), written AS (
-        -- The locked rows, by their ids alone (ids are unique), in one probe of each partition: no join
-        -- that pairs each row with its shard, which made PostgreSQL 18 prune the partitions again for
-        -- every row, a path that crashed a backend (perform_pruning_base_step, 18.4; see heartbeat()).
+        -- The locked rows by their ids alone, as heartbeat() finds them (no per-row shard join).
         UPDATE pgsched.jobs j
         SET progress = ((SELECT r.by_id FROM reported r) -> (j.id::text) ->> 0)::real,
             progress_note = (SELECT r.by_id FROM reported r) -> (j.id::text) ->> 1,

@@ -49,13 +49,13 @@ BEGIN
         -- A current token is a running job's (jobs_state_valid), so no filter
         -- on state: with one, the planner may scan the running rows' partial
         -- indexes, dead entries and all, instead of probing the primary key.
-        SELECT j.id, j.shard, j.cancel_requested_at IS NOT NULL AS cancel_requested
+        SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
         WHERE j.id = ANY (heartbeat.job_ids)
           AND j.lease_expires_at > v_live AND (v_scope IS NULL OR j.tenant = v_scope)
     ), locked AS MATERIALIZED (
-        SELECT j.id, j.shard
+        SELECT j.id
         FROM pgsched.jobs j
         JOIN input u ON j.id = u.id AND j.lease_token = u.token
         WHERE j.id = ANY (heartbeat.job_ids)
