@@ -155,6 +155,9 @@ def ensure_venv(*, embedded: bool, refresh: bool = False) -> dict[str, Any]:
             stamp["pgsched"] = None
             _say(notes["pgsched"])
 
+    if stamp.get("pgsched"):
+        _compile_pgsched()
+
     note = _ensure_py312_venv(refresh=refresh)
     if note:
         notes[f"venv-{PY312_VENV}"] = note
@@ -168,6 +171,20 @@ def ensure_venv(*, embedded: bool, refresh: bool = False) -> dict[str, Any]:
     if elapsed > 1:
         _say(f"virtualenv ready in {elapsed:.0f} s")
     return stamp
+
+
+def _compile_pgsched() -> None:
+    """Byte-compile the checkout's pgsched as pip compiles an installed package (the peers'), so that no worker
+    compiles its modules as it starts: an editable install imports them from the tree, and with
+    PYTHONDONTWRITEBYTECODE set nothing would ever cache them. Incremental: only changed files are compiled."""
+    result = subprocess.run(
+        [str(venv_python()), "-m", "compileall", "-q", str(REPO_DIR / "pgsched")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        _say(f"compileall of pgsched failed (its workers compile as they start): {result.stdout[-300:]}")
 
 
 def _python_version(python: str) -> tuple[int, int] | None:

@@ -120,7 +120,18 @@ class Executor:
         self._freed = 0  # slots freed so far
         self._turnover: tuple[float, int, float] = (time.monotonic(), 0, 0.0)  # (when, _freed then, slots freed/s)
         self._queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
-        self._threads = [self._new_thread(i) for i in range(concurrency)]
+        # Thread pool: a thread is started when a sync job finds none idle (up to concurrency), so a worker whose
+        # handlers are coroutines starts none, and --concurrency 1000 costs no thousand threads at start. The
+        # process pool starts every slot's thread, and child, at once: a child's start is not a job's latency.
+        self._lazy = pool == "thread"
+        # One token per thread waiting at the queue and not yet promised a job; a job queued when every thread is
+        # promised one and the pool is full is owed the next thread back (which then adds no token).
+        self._idle = threading.Semaphore(0)
+        self._owed = 0
+        self._pool_lock = threading.Lock()  # _owed and _pool_size
+        self._pool_size = 0 if self._lazy else concurrency  # threads serving the queue (not abandoned)
+        self._closing = False
+        self._threads = [] if self._lazy else [self._new_thread(i) for i in range(concurrency)]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
         self._loop_thread: threading.Thread | None = None
@@ -144,8 +155,11 @@ class Executor:
         self._deadlines = Deadlines(self._overrun)
         if self.dsn is not None and self.journal is None:
             self.journal = Journal(self.dsn, prepare=False)  # opens its connection at the first use
-        for thread in self._threads:
+        for thread in list(self._threads):
             thread.start()
+        if self._lazy:
+            for _ in range(self._queue.qsize()):  # sync jobs launched before the start
+                self._ensure_thread()
 
     @property
     def loop_blocked(self) -> bool:
@@ -333,6 +347,8 @@ class Executor:
                 coroutines.append((task, ctx))
             else:
                 self._queue.put(ctx)
+                if self._lazy:
+                    self._ensure_thread()
         if coroutines:
             with self._lock:
                 for _, ctx in coroutines:
@@ -387,13 +403,37 @@ class Executor:
 
     # -- sync handlers (on the pool's threads) ---------------------------
 
+    def _ensure_thread(self) -> None:
+        """For a job just queued: an idle thread takes it, else a new one (the queue holds at most concurrency
+        sync jobs, and the pool grows to that many threads at most)."""
+        if self._idle.acquire(blocking=False):
+            return
+        with self._pool_lock:
+            if self._deadlines is None or self._closing:
+                return  # not started yet (start() serves what waits), or shutting down (no job starts after that)
+            if self._pool_size >= self._concurrency:
+                self._owed += 1  # every thread is busy: the first one back at the queue takes it
+                return
+            self._pool_size += 1
+            thread = self._new_thread(len(self._threads))
+            self._threads.append(thread)
+        thread.start()
+
     def _thread_loop(self, slot: ChildSlot | None) -> None:
         if slot is not None:
             try:
                 slot.ensure()  # ready before the first job: its start latency is not a child's start
             except RuntimeError as exc:
                 log.error("%s; its jobs will fail until a new one loads", exc)
+        first = True
         while True:
+            if self._lazy and not first:
+                with self._pool_lock:  # back at the queue: for a job owed a thread, else the next one queued
+                    if self._owed:
+                        self._owed -= 1
+                    else:
+                        self._idle.release()
+            first = False
             ctx = self._queue.get()
             if ctx is None:
                 if slot is not None:
@@ -454,9 +494,15 @@ class Executor:
             self.abandoned += 1
             self.timeouts += 1
             abandoned = self.abandoned
-            thread = self._new_thread(len(self._threads))
-            self._threads.append(thread)
-        thread.start()
+            thread = None
+            if not self._lazy:
+                thread = self._new_thread(len(self._threads))
+                self._threads.append(thread)
+        if self._lazy:
+            with self._pool_lock:
+                self._pool_size -= 1  # it leaves the pool; the next sync job that finds no idle thread starts one
+        if thread is not None:
+            thread.start()
         self.cancel_async(ctx.id)  # a coroutine it awaits on the loop (a sync wrapper of an async def) stops too
         log.error(
             "job %s (%s): sync handler still running after its %g s timeout; the job fails, its thread is "
@@ -538,6 +584,8 @@ class Executor:
         return taken
 
     def shutdown(self) -> None:
+        with self._pool_lock:
+            self._closing = True
         if self._deadlines is not None:
             self._deadlines.close()
         if self._watch is not None:
