@@ -3359,11 +3359,12 @@ BEGIN
                               WHERE j.id = d.id AND j.shard = d.shard AND j.shard BETWEEN v_lo AND v_hi
                                 AND j.state = 'available' AND j.queue = v_queue)
         ), taken AS (
-            -- by their row addresses (locked above, so they stay put): whatever the statistics say, no index
-            -- scan of the queue's rows
+            -- by their row addresses (locked above, so they stay put): one TID lookup each, whatever the
+            -- statistics say (no index of pgsched.ready leads with them), never a scan of the queue's rows;
+            -- not also "ctid = ANY (all of them)", which PostgreSQL then checks for every row (1,000 jobs:
+            -- 2.6 ms of a 22 ms claim)
             DELETE FROM pgsched.ready r
             WHERE r.slot BETWEEN v_slot_lo AND v_slot_hi
-              AND r.ctid = ANY (ARRAY(SELECT g.row_at FROM gone g))
               AND (r.slot, r.ctid, r.id) IN (SELECT g.slot, g.row_at, g.id FROM gone g)
         ), starting AS MATERIALIZED (
             -- the first v_starts in claim order start now; the others when a slot takes them (start())
