@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness.postgres import LocalCluster, create_databases
+from bench.harness.postgres import private_databases
 
 RAW_TABLE = (
     "CREATE TABLE public.raw_jobs (id bigserial PRIMARY KEY, task text NOT NULL, args jsonb NOT NULL DEFAULT '{}',"
@@ -70,8 +70,8 @@ TRIGGER_ALWAYS = [
     " FOR EACH ROW EXECUTE FUNCTION pgsched.tg_jobs__dispatch()"
 ]
 BARE_INSERT = (
-    "WITH j AS (INSERT INTO pgsched.jobs (id, shard, task, dispatch_group, dispatch_rank, dispatch_at)"
-    " VALUES (nextval('pgsched.jobs_id_seq'), 3, 'noop', '', 0, now()) RETURNING id)"
+    "WITH j AS (INSERT INTO pgsched.jobs (id, shard, task, attempt, dispatch_group, dispatch_rank, dispatch_at)"
+    " VALUES (nextval('pgsched.jobs_id_seq'), 3, 'noop', 0, '', 0, now()) RETURNING id)"
     " SELECT pg_notify('pgsched_jobs', 'default') FROM j"
 )
 
@@ -151,14 +151,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case per round")
     opts = parser.parse_args()
-    server = LocalCluster()
-    server.start()
-    try:
-        names = [f"enq{i}" for i in range(len(CASES))]
-        create_databases(server, names)
-        dsns = {}
-        for name, (case, (statements, _)) in zip(names, CASES.items(), strict=True):
-            dsns[case] = server.dsn(name)
+    with private_databases([f"enq{i}" for i in range(len(CASES))]) as databases:
+        dsns = dict(zip(CASES, databases.values(), strict=True))
+        for case, (statements, _) in CASES.items():
             install(dsns[case], case, statements)
         cpu: dict[str, list[float]] = {case: [] for case in CASES}
         rate: dict[str, list[float]] = {case: [] for case in CASES}
@@ -177,8 +172,6 @@ def main() -> None:
                 f" (medians of {opts.rounds} rounds of {opts.calls} calls)",
                 flush=True,
             )
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

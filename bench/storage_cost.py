@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from bench.harness.postgres import LocalCluster, create_databases
+from bench.harness.postgres import private_databases
 
 RAW_SCHEMA = """
 CREATE TABLE raw_jobs (
@@ -166,12 +166,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100, help="jobs per layout, mode and round")
     parser.add_argument("--idle-ms", type=float, default=20.0, help="idle pause before each call in idle mode")
     opts = parser.parse_args()
-    server = LocalCluster()
-    server.start()
-    try:
-        names = [f"layout{i}" for i in range(len(LAYOUTS))]
-        create_databases(server, names)
-        dsns = dict(zip(LAYOUTS, (server.dsn(name) for name in names), strict=True))
+    with private_databases([f"layout{i}" for i in range(len(LAYOUTS))]) as databases:
+        dsns = dict(zip(LAYOUTS, databases.values(), strict=True))
         for layout, dsn in dsns.items():
             install(dsn, layout)
         modes = {"hot": 0.0, "idle": opts.idle_ms / 1000}
@@ -192,8 +188,6 @@ def main() -> None:
                     f" ({claim / raw_claim:4.2f}x raw)  (medians of {opts.rounds} rounds of {opts.jobs})",
                     flush=True,
                 )
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -311,3 +313,16 @@ def server_facts(dsn: str) -> dict[str, Any]:
         "settings": settings,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+@contextmanager
+def private_databases(names: list[str]) -> Iterator[dict[str, str]]:
+    """For a measuring script: a fresh private cluster with one database per name; yields name -> DSN, then stops
+    the cluster."""
+    server = LocalCluster()
+    server.start()
+    try:
+        create_databases(server, names)
+        yield {name: server.dsn(name) for name in names}
+    finally:
+        server.stop()
