@@ -406,6 +406,8 @@ class Executor:
     def _ensure_thread(self) -> None:
         """For a job just queued: an idle thread takes it, else a new one (the queue holds at most concurrency
         sync jobs, and the pool grows to that many threads at most)."""
+        if self._pool_size >= self._concurrency:
+            return  # every thread there can be is there: the first one back at the queue takes it
         if self._idle.acquire(blocking=False):
             return
         with self._pool_lock:
@@ -427,8 +429,9 @@ class Executor:
                 log.error("%s; its jobs will fail until a new one loads", exc)
         first = True
         while True:
-            if self._lazy and not first:
-                with self._pool_lock:  # back at the queue: for a job owed a thread, else the next one queued
+            if self._lazy and not first and self._pool_size < self._concurrency:
+                # back at the queue while the pool may still grow: for a job owed a thread, else the next one queued
+                with self._pool_lock:
                     if self._owed:
                         self._owed -= 1
                     else:
@@ -500,7 +503,11 @@ class Executor:
                 self._threads.append(thread)
         if self._lazy:
             with self._pool_lock:
-                self._pool_size -= 1  # it leaves the pool; the next sync job that finds no idle thread starts one
+                # It leaves the pool; the next sync job that finds no idle thread starts one. Idle threads were not
+                # counted while the pool was full: count afresh (too few counted only starts a thread early).
+                self._pool_size -= 1
+                self._idle = threading.Semaphore(0)
+                self._owed = 0
         if thread is not None:
             thread.start()
         self.cancel_async(ctx.id)  # a coroutine it awaits on the loop (a sync wrapper of an async def) stops too
