@@ -124,11 +124,9 @@ class Executor:
         # handlers are coroutines starts none, and --concurrency 1000 costs no thousand threads at start. The
         # process pool starts every slot's thread, and child, at once: a child's start is not a job's latency.
         self._lazy = pool == "thread"
-        # One token per thread waiting at the queue and not yet promised a job; a job queued when every thread is
-        # promised one and the pool is full is owed the next thread back (which then adds no token).
+        # One token per thread waiting at the queue and not yet promised a job, while the pool may still grow.
         self._idle = threading.Semaphore(0)
-        self._owed = 0
-        self._pool_lock = threading.Lock()  # _owed and _pool_size
+        self._pool_lock = threading.Lock()  # _pool_size
         self._pool_size = 0 if self._lazy else concurrency  # threads serving the queue (not abandoned)
         self._closing = False
         self._threads = [] if self._lazy else [self._new_thread(i) for i in range(concurrency)]
@@ -155,7 +153,7 @@ class Executor:
         self._deadlines = Deadlines(self._overrun)
         if self.dsn is not None and self.journal is None:
             self.journal = Journal(self.dsn, prepare=False)  # opens its connection at the first use
-        for thread in list(self._threads):
+        for thread in self._threads:
             thread.start()
         if self._lazy:
             for _ in range(self._queue.qsize()):  # sync jobs launched before the start
@@ -411,10 +409,9 @@ class Executor:
         if self._idle.acquire(blocking=False):
             return
         with self._pool_lock:
-            if self._deadlines is None or self._closing:
-                return  # not started yet (start() serves what waits), or shutting down (no job starts after that)
-            if self._pool_size >= self._concurrency:
-                self._owed += 1  # every thread is busy: the first one back at the queue takes it
+            if self._deadlines is None or self._closing or self._pool_size >= self._concurrency:
+                # not started yet (start() serves what waits), shutting down (no job starts after that), or the
+                # pool just filled up (the first thread back at the queue takes it)
                 return
             self._pool_size += 1
             thread = self._new_thread(len(self._threads))
@@ -430,12 +427,7 @@ class Executor:
         first = True
         while True:
             if self._lazy and not first and self._pool_size < self._concurrency:
-                # back at the queue while the pool may still grow: for a job owed a thread, else the next one queued
-                with self._pool_lock:
-                    if self._owed:
-                        self._owed -= 1
-                    else:
-                        self._idle.release()
+                self._idle.release()  # back at the queue while the pool may still grow: the next job needs no thread
             first = False
             ctx = self._queue.get()
             if ctx is None:
@@ -507,7 +499,6 @@ class Executor:
                 # counted while the pool was full: count afresh (too few counted only starts a thread early).
                 self._pool_size -= 1
                 self._idle = threading.Semaphore(0)
-                self._owed = 0
         if thread is not None:
             thread.start()
         self.cancel_async(ctx.id)  # a coroutine it awaits on the loop (a sync wrapper of an async def) stops too
