@@ -14,7 +14,12 @@ durable commits):
   slot), written by one plain statement each instead of the functions (the
   ready row still goes in through the insert trigger);
 - ``unpartitioned copy``: the same columns and indexes in two plain tables,
-  the ready row written by the enqueue statement itself.
+  the ready row written by the enqueue statement itself;
+- ``pgsched, jobs unpartitioned``: ``enqueue()`` and ``claim()`` as above on
+  a schema whose ``pgsched.jobs`` is one plain table instead of a partition
+  per shard (the same columns, indexes, triggers and storage settings; the
+  ready ring unchanged), which is what the shards' partitions cost the
+  functions.
 
 Each round, every layout enqueues one job and claims it, ``--jobs`` times,
 either back to back (``hot``) or with the connections idle ``--idle-ms``
@@ -109,7 +114,27 @@ LAYOUTS: dict[str, tuple[str, str, str]] = {
         ROWS_CLAIM.format(jobs="public.jobs_copy", ready="public.ready_copy"),
         "public.jobs_copy, public.ready_copy",
     ),
+    "pgsched, jobs unpartitioned": (ENQUEUE, CLAIM, "pgsched.jobs"),
 }
+
+# The install script's partitioned pgsched.jobs made one plain table: its partition clause becomes the storage
+# settings its partitions get, and the loop that creates them creates nothing.
+JOBS_PARTITIONED = """        ELSE state::text = 'waiting' AND lease_token IS NULL END)
+) PARTITION BY LIST (shard);"""
+JOBS_PLAIN = """        ELSE state::text = 'waiting' AND lease_token IS NULL END)
+) WITH (fillfactor = 45, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
+        autovacuum_vacuum_cost_delay = 0);"""
+JOBS_PARTITION_LOOP = "'CREATE TABLE pgsched.%I PARTITION OF pgsched.jobs FOR VALUES IN (%s) '"
+
+
+def unpartitioned_jobs_script(script: str) -> str:
+    """The install script with pgsched.jobs as one plain table (the rest as it is)."""
+    if script.count(JOBS_PARTITIONED) != 1 or script.count(JOBS_PARTITION_LOOP) != 1:
+        raise RuntimeError("the install script no longer has the shape this layout edits: update storage_cost.py")
+    script = script.replace(JOBS_PARTITIONED, JOBS_PLAIN)
+    start = script.index("EXECUTE pg_catalog.format(\n            " + JOBS_PARTITION_LOOP)
+    end = script.index("END LOOP;", start)
+    return script[:start] + "NULL;\n    " + script[end:]
 
 
 def _cpu_ns(pid: int) -> int:
@@ -122,6 +147,10 @@ def install(dsn: str, layout: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         if layout == "raw":
             conn.execute(RAW_SCHEMA.encode())
+            return
+        if layout == "pgsched, jobs unpartitioned":
+            with conn.transaction():
+                conn.execute(unpartitioned_jobs_script(schema.install_script(8)).encode())
             return
         schema.install_fresh(conn, shards=8)
         if layout == "unpartitioned copy":
