@@ -24,50 +24,40 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from bench.harness.postgres import private_databases
-from bench.storage_cost import CLAIM, ENQUEUE, RAW_CLAIM, RAW_ENQUEUE, RAW_SCHEMA
+from bench.storage_cost import LAYOUTS, install
 
-SYSTEMS: dict[str, tuple[str, str]] = {"raw": (RAW_ENQUEUE, RAW_CLAIM), "pgsched": (ENQUEUE, CLAIM)}
+#: the layouts of bench/storage_cost.py measured here: their statements, schemas and tables
+SYSTEMS = ("raw", "pgsched")
 FIGURES = ("connect", "first enqueue", "second enqueue", "first claim", "second claim")
 
 
-def _timed(call: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    call()
+def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-def install(dsn: str, system: str) -> None:
-    from pgsched.db import schema
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if system == "raw":
-            conn.execute(RAW_SCHEMA.encode())
-        else:
-            schema.install_fresh(conn, shards=8)
 
 
 def one_round(dsn: str, system: str) -> dict[str, float]:
     """The five figures of one round: new producer and worker connections, two enqueues and claims."""
-    enqueue, claim = SYSTEMS[system]
+    enqueue, claim, tables = LAYOUTS[system]
     spent: dict[str, float] = {}
     started = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as producer:
-        spent["connect"] = (time.perf_counter() - started) * 1000
+        spent["connect"] = _ms(started)
         with psycopg.connect(dsn, autocommit=True) as worker:
             for which in ("first", "second"):
-                spent[f"{which} enqueue"] = _timed(lambda: producer.execute(enqueue, (Jsonb({"i": 1}),)))
+                started = time.perf_counter()
+                producer.execute(enqueue, (Jsonb({"i": 1}),))
+                spent[f"{which} enqueue"] = _ms(started)
                 started = time.perf_counter()
                 claimed = worker.execute(claim).fetchall()
-                spent[f"{which} claim"] = (time.perf_counter() - started) * 1000
+                spent[f"{which} claim"] = _ms(started)
                 if len(claimed) != 1:
                     raise RuntimeError(f"{system}: claimed {len(claimed)} jobs, not the one enqueued")
-        producer.execute("TRUNCATE raw_jobs" if system == "raw" else "TRUNCATE pgsched.jobs")
+        producer.execute(f"TRUNCATE {tables}")
     return spent
 
 
